@@ -1,0 +1,70 @@
+"""The one module that imports wandb. Offline by default, disabled in tests, finished in `finally`."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+class Tracker:
+    """A thin handle that is a no-op when the logger is disabled."""
+
+    def __init__(self, run: Any | None) -> None:
+        self.run = run
+
+    def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        if self.run is not None:
+            self.run.log(metrics, step=step)
+
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
+        if self.run is not None:
+            import wandb
+
+            self.run.log({key: wandb.Table(columns=columns, data=rows)})
+
+    def log_image(self, key: str, path: str | Path) -> None:
+        if self.run is not None:
+            import wandb
+
+            self.run.log({key: wandb.Image(str(path))})
+
+    def summary(self, values: dict[str, Any]) -> None:
+        if self.run is not None:
+            self.run.summary.update(values)
+
+
+@contextlib.contextmanager
+def tracked(cfg: DictConfig, stage: str) -> Iterator[Tracker]:
+    """A W&B run for one stage, grouped by experiment; always finished, so a crash never breaks a multirun."""
+    lcfg = cfg.get("logger") or {}
+    mode = lcfg.get("mode", "disabled")
+    if mode == "disabled":
+        yield Tracker(None)
+        return
+    import wandb
+
+    run = wandb.init(
+        project=lcfg.get("project", "lengthpred"),
+        group=lcfg.get("group") or cfg.get("experiment_name", "default"),
+        job_type=stage,
+        name=f"{stage}-{cfg.get('experiment_name', 'default')}",
+        mode=mode,
+        dir=str(lcfg.get("dir") or "."),
+        config=OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False),
+        reinit="finish_previous",
+    )
+    exit_code = 0
+    try:
+        yield Tracker(run)
+    except BaseException:
+        exit_code = 1
+        raise
+    finally:
+        run.finish(exit_code=exit_code)

@@ -1,0 +1,38 @@
+"""Shared fixtures: the tiny random-weight model and in-process Hydra composition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+import lengthpred.cli  # noqa: F401  (registers the ${lp.*} resolvers)
+from lengthpred.paths import REPO_ROOT
+
+CONF_DIR = str(REPO_ROOT / "conf")
+
+
+def compose_cfg(overrides: list[str] | None = None, tmp_path: Path | None = None) -> DictConfig:
+    """Compose the real config in-process with the logger off and outputs under tmp_path."""
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["logger=disabled", *(overrides or [])])
+    if tmp_path is not None:
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(tmp_path)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    from lengthpred.models.tiny import build_tiny_llama
+
+    return build_tiny_llama(seed=0)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from lengthpred.models.tiny import tiny_tokenizer
+
+    return tiny_tokenizer()
