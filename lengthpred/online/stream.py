@@ -1,0 +1,191 @@
+"""Replay a target split as a request stream: predict at arrival, learn at completion, record curves.
+
+Every head sees the same events in the same order. Request i is predicted when it arrives (its prefill
+finished) and its true length is revealed only at its completion time from the completion model, so
+later arrivals are predicted before earlier lengths are known, as in serving.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+from tqdm.auto import tqdm
+
+from lengthpred.errors import ConfigError, DataError
+
+FIT_ON = ("source", "source+stream", "stream")
+
+
+@dataclass
+class HeadSpec:
+    """An estimator, the data its offline fit sees, and whether completions update it."""
+
+    estimator: Any
+    fit_on: str = "source"
+    update: bool = True
+
+    def __post_init__(self) -> None:
+        if self.fit_on not in FIT_ON:
+            raise ConfigError(f"fit_on={self.fit_on!r}; valid: {FIT_ON}")
+
+
+@dataclass
+class StreamData:
+    """Source rows (offline fit), the target stream in arrival order, and a held-out target test set."""
+
+    X_source: np.ndarray
+    y_source: np.ndarray
+    X_stream: np.ndarray
+    y_stream: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    ids_stream: list[str] = field(default_factory=list)
+    ids_test: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in ("source", "stream", "test"):
+            X, y = getattr(self, f"X_{name}"), getattr(self, f"y_{name}")
+            if X.ndim != 2 or len(X) != len(y) or len(X) == 0:
+                raise DataError(f"{name}: need X [n, d] and y [n] with n >= 1, got {X.shape} and {y.shape}")
+        if not self.ids_stream:
+            self.ids_stream = [str(i) for i in range(len(self.y_stream))]
+        if not self.ids_test:
+            self.ids_test = [str(i) for i in range(len(self.y_test))]
+
+
+@dataclass
+class StreamResult:
+    curves: pd.DataFrame  # head, n_updates, t_s, stream_spearman, stream_mae, test_spearman, test_mae
+    stream_predictions: pd.DataFrame  # head, id, arrival_s, done_s, y_true, y_pred (at arrival)
+    test_predictions: pd.DataFrame  # head, id, y_true, y_pred (final state)
+    summary: pd.DataFrame  # one row per head: final and whole-stream metrics, update cost
+
+
+def _spearman(y: np.ndarray, p: np.ndarray) -> float:
+    if len(y) < 3 or np.ptp(y) == 0 or np.ptp(p) == 0:
+        return float("nan")
+    return float(spearmanr(y, p).statistic)
+
+
+def run_stream(
+    heads: dict[str, HeadSpec],
+    data: StreamData,
+    completion: Any,
+    *,
+    record_every: int = 10,
+    window: int = 50,
+    progress: bool = True,
+) -> StreamResult:
+    """Run every head over one stream; curves recorded at 0 updates and after every `record_every`."""
+    if record_every < 1 or window < 3:
+        raise ConfigError(f"record_every={record_every} must be >= 1 and window={window} >= 3")
+    fit_data = {
+        "source": (data.X_source, data.y_source),
+        "stream": (data.X_stream, data.y_stream),
+        "source+stream": (
+            np.vstack([data.X_source, data.X_stream]),
+            np.concatenate([data.y_source, data.y_stream]),
+        ),
+    }
+    for spec in heads.values():
+        spec.estimator.fit(*fit_data[spec.fit_on])
+
+    arrival, done = completion.schedule(data.y_stream)
+    n = len(data.y_stream)
+    # events by time; at equal times an arrival precedes a completion (a request is predicted first)
+    events = sorted([(a, 0, i) for i, a in enumerate(arrival)] + [(c, 1, i) for i, c in enumerate(done)])
+    preds = {h: np.full(n, np.nan) for h in heads}
+    revealed: list[int] = []
+    update_s = dict.fromkeys(heads, 0.0)
+    rows: list[dict[str, Any]] = []
+
+    def record(t: float) -> None:
+        last = np.array(revealed[-window:], dtype=int)
+        for h, spec in heads.items():
+            p_test = spec.estimator.predict(data.X_test)
+            y_w, p_w = data.y_stream[last], preds[h][last]
+            rows.append(
+                {
+                    "head": h,
+                    "n_updates": len(revealed),
+                    "t_s": float(t),
+                    "stream_spearman": _spearman(y_w, p_w),
+                    "stream_mae": float(np.mean(np.abs(y_w - p_w))) if len(last) else float("nan"),
+                    "test_spearman": _spearman(data.y_test, p_test),
+                    "test_mae": float(np.mean(np.abs(data.y_test - p_test))),
+                }
+            )
+
+    record(0.0)
+    for t, kind, i in tqdm(events, desc="stream", disable=not progress, mininterval=2.0):
+        x = data.X_stream[i : i + 1]
+        if kind == 0:
+            for h, spec in heads.items():
+                preds[h][i] = spec.estimator.predict(x)[0]
+            continue
+        for h, spec in heads.items():
+            if spec.update:
+                t0 = time.perf_counter()
+                spec.estimator.partial_fit(x, data.y_stream[i : i + 1])
+                update_s[h] += time.perf_counter() - t0
+        revealed.append(i)
+        if len(revealed) % record_every == 0 or len(revealed) == n:
+            record(t)
+
+    curves = pd.DataFrame(rows).drop_duplicates(subset=["head", "n_updates"], keep="last")
+    stream_rows, test_rows, summary = [], [], []
+    for h, spec in heads.items():
+        p_test = spec.estimator.predict(data.X_test)
+        stream_rows.append(
+            pd.DataFrame(
+                {
+                    "head": h,
+                    "id": data.ids_stream,
+                    "arrival_s": arrival,
+                    "done_s": done,
+                    "y_true": data.y_stream,
+                    "y_pred": preds[h],
+                }
+            )
+        )
+        test_rows.append(
+            pd.DataFrame({"head": h, "id": data.ids_test, "y_true": data.y_test, "y_pred": p_test})
+        )
+        first = curves[(curves["head"] == h) & (curves["n_updates"] == 0)].iloc[0]
+        summary.append(
+            {
+                "head": h,
+                "fit_on": spec.fit_on,
+                "stream_spearman": _spearman(data.y_stream, preds[h]),
+                "stream_mae": float(np.mean(np.abs(data.y_stream - preds[h]))),
+                "test_spearman_start": first.test_spearman,
+                "test_spearman": _spearman(data.y_test, p_test),
+                "test_mae": float(np.mean(np.abs(data.y_test - p_test))),
+                "update_ms": 1e3 * update_s[h] / max(n, 1) if spec.update else float("nan"),
+                "rejected": int(getattr(spec.estimator, "rejected_", 0)),
+            }
+        )
+    return StreamResult(
+        curves=curves.reset_index(drop=True),
+        stream_predictions=pd.concat(stream_rows, ignore_index=True),
+        test_predictions=pd.concat(test_rows, ignore_index=True),
+        summary=pd.DataFrame(summary),
+    )
+
+
+def gain_over_static(summary: pd.DataFrame, head: str, baseline: str = "static") -> dict[str, float]:
+    """Spearman gain of `head` over `baseline`: absolute and relative (%, as LEAP's +64.7%)."""
+    s = summary.set_index("head")
+    if head not in s.index or baseline not in s.index:
+        raise ConfigError(f"gain needs heads {head!r} and {baseline!r}; have {list(s.index)}")
+    out = {}
+    for col in ("stream_spearman", "test_spearman"):
+        a, b = float(s.at[head, col]), float(s.at[baseline, col])
+        out[f"{col}_delta"] = a - b
+        out[f"{col}_gain_pct"] = 100.0 * (a - b) / abs(b) if b != 0 else float("nan")
+    return out
