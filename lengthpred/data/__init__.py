@@ -1,0 +1,7 @@
+"""Prompt collection: source registry, selection, splits, trace loader (see docs/DESIGN.md)."""
+
+from lengthpred.data.build import load_prompts, load_splits, prepare
+from lengthpred.data.records import prompt_id
+from lengthpred.data.sources import SOURCES
+
+__all__ = ["SOURCES", "load_prompts", "load_splits", "prepare", "prompt_id"]

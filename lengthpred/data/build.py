@@ -1,0 +1,158 @@
+"""prepare(cfg): read sources (or a trace), select, split, save; load_prompts / load_splits read it back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset, load_from_disk
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from lengthpred.data.readers import BadInputLog
+from lengthpred.data.records import COLUMNS
+from lengthpred.data.select import build_pools, select_domain
+from lengthpred.data.sources import SOURCES
+from lengthpred.data.splits import cot_variants, cross_pairs, forelen, split_ids
+from lengthpred.data.summary import format_table, summary_rows
+from lengthpred.errors import DataError
+from lengthpred.paths import DATA_DIR, resolve
+
+log = logging.getLogger("lengthpred.data")
+Record = dict[str, Any]
+
+
+def splits_dir(data_cfg: DictConfig, data_dir: str | Path | None = None) -> Path:
+    base = resolve(data_dir) if data_dir is not None else DATA_DIR
+    return base / "splits" / str(data_cfg.name)
+
+
+def config_hash(data_cfg: DictConfig) -> str:
+    """Hash of the data config minus where the files live (same data on another machine, same hash)."""
+    c = OmegaConf.to_container(data_cfg, resolve=True)
+    c.pop("root", None)
+    return hashlib.sha1(json.dumps(c, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def token_limit(max_tokens: int | None) -> Callable[[Record], bool] | None:
+    """Accept prompts whose chat-templated length with the embedded SmolLM2 tokenizer is ≤ max_tokens.
+
+    Characters alone mislead on CJK text (~2 tokens per character), so the char cap is a cheap
+    pre-filter and this is the rule.
+    """
+    if max_tokens is None:
+        return None
+    from lengthpred.models.tiny import tiny_tokenizer
+    from lengthpred.prompting import encode_prompt
+
+    tok = tiny_tokenizer()
+    return lambda r: len(encode_prompt(tok, r["messages"], prompt_id=r["id"])) <= int(max_tokens)
+
+
+def _read_sources(names: list[str], root: Path, bad: BadInputLog) -> dict[str, list[Record]]:
+    out: dict[str, list[Record]] = {}
+    for name in tqdm(names, desc="sources", disable=None):
+        recs: dict[str, Record] = {}
+        for r in SOURCES.get(name).load(root, bad):
+            recs.setdefault(r["id"], r)
+        out[name] = list(recs.values())
+    return out
+
+
+def build_from_sources(data_cfg: DictConfig) -> tuple[list[Record], dict[str, Any]]:
+    root = resolve(data_cfg.root)
+    if not root.is_dir():
+        raise DataError(f"data.root={root} does not exist (run scripts/fetch_datasets.py or set data.root)")
+    seed = int(data_cfg.seed)
+    domains = {d: list(s) for d, s in data_cfg.domains.items()}
+    bad = BadInputLog(data_cfg.get("on_bad_input", "raise"))
+    by_source = _read_sources(sorted({s for ss in domains.values() for s in ss}), root, bad)
+    pools, dropped = build_pools(by_source, domains, data_cfg.get("max_prompt_chars"))
+    per_domain = data_cfg.get("per_domain")
+    accept = token_limit(data_cfg.get("max_prompt_tokens"))
+    selected: dict[str, list[Record]] = {}
+    for d in domains:
+        selected[d], n_rej = select_domain(pools[d], per_domain, seed, accept)
+        if n_rej:
+            dropped[d]["too_many_tokens"] += n_rej
+    indomain = {d: split_ids([r["id"] for r in recs], data_cfg.split, seed) for d, recs in selected.items()}
+    flat = [r for recs in selected.values() for r in recs]
+    fl = data_cfg.get("forelen", {})
+    cot = []
+    if fl.get("reasoning") != 0 and "math" in selected:
+        cot = cot_variants(selected["math"], fl.get("reasoning") or len(selected["math"]), seed,
+                           fl.get("cot_instruction", "Let's think step by step."))
+    records = flat + [r for r in cot if r["id"] not in {x["id"] for x in flat}]
+    by_id = {r["id"]: r for r in records}
+    pairs, n_dup = cross_pairs(indomain, by_id, mix=bool(data_cfg.get("cross_mix", True)))
+    splits = {
+        "indomain": indomain,
+        "cross": pairs,
+        "forelen": forelen(flat, cot, fl, seed),
+        "meta": {
+            "seed": seed,
+            "counts": {d: len(v) for d, v in selected.items()},
+            "n_prompts": len(records),
+            "available": {d: {s: len(v) for s, v in p.items()} for d, p in pools.items()},
+            "dropped": {d: dict(c) for d, c in dropped.items()},
+            "bad_input_skipped": dict(bad.counts),
+            "cross_train_duplicates_removed": n_dup,
+        },
+    }
+    return records, splits
+
+
+def prepare(cfg: DictConfig, force: bool = False) -> Path:
+    """Build and save `${paths.data_dir}/splits/<data.name>/`; skipped when built with the same config."""
+    data_cfg = cfg.data
+    out = splits_dir(data_cfg, cfg.paths.get("data_dir"))
+    h = config_hash(data_cfg)
+    stamp = out / "config_hash.txt"
+    if not force and stamp.is_file() and stamp.read_text().strip() == h and (out / "splits.json").is_file():
+        log.info("data %s already built with config %s: %s", data_cfg.name, h, out)
+        records = load_prompts(data_cfg, cfg.paths.get("data_dir"))
+        splits = load_splits(data_cfg, cfg.paths.get("data_dir"))
+        print(format_table(summary_rows(splits, {r["id"]: r for r in records})))
+        return out
+    if data_cfg.get("kind", "sources") == "trace":
+        from lengthpred.data.trace import build_from_trace
+
+        records, splits = build_from_trace(data_cfg)
+    else:
+        records, splits = build_from_sources(data_cfg)
+    splits["meta"]["config_hash"] = h
+    splits["meta"]["name"] = str(data_cfg.name)
+    out.mkdir(parents=True, exist_ok=True)
+    ds = Dataset.from_list([{c: r[c] for c in COLUMNS} for r in sorted(records, key=lambda r: r["id"])])
+    ds.save_to_disk(str(out / "prompts"))
+    (out / "splits.json").write_text(json.dumps(splits, indent=1, sort_keys=False))
+    stamp.write_text(h + "\n")
+    by_id = {r["id"]: r for r in records}
+    print(format_table(summary_rows(splits, by_id)))
+    print(f"{len(records)} prompts; dropped {json.dumps(splits['meta'].get('dropped', {}))}; wrote {out}")
+    return out
+
+
+def load_prompts(data_cfg: DictConfig, data_dir: str | Path | None = None) -> Dataset:
+    """The prompt table (one row per unique prompt) of a prepared data config."""
+    p = splits_dir(data_cfg, data_dir) / "prompts"
+    if not p.is_dir():
+        raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg.name}` first")
+    return load_from_disk(str(p))
+
+
+def load_splits(data_cfg: DictConfig, data_dir: str | Path | None = None) -> dict[str, Any]:
+    """The parsed splits.json of a prepared data config."""
+    p = splits_dir(data_cfg, data_dir) / "splits.json"
+    if not p.is_file():
+        raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg.name}` first")
+    return json.loads(p.read_text())
+
+
+def source_counts(records: list[Record]) -> Counter:
+    return Counter((r["domain"], r["source"]) for r in records)
