@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from omegaconf import open_dict
 
 from lengthpred.errors import ConfigError
 from lengthpred.eval.predictions import read_predictions
@@ -39,7 +38,8 @@ def _synthetic(d: int = 12, seed: int = 0):
         ids += dids
         X.append(Xd)
         rows += [
-            {"id": i, "y": v, "n_samples": 2, "capped_frac": 0.0, "domain": dom} for i, v in zip(dids, y)
+            {"id": i, "y": v, "n_samples": 2, "capped_frac": 0.0, "domain": dom}
+            for i, v in zip(dids, y, strict=True)
         ]
         indomain[dom] = {
             "train": dids[: n // 2],
