@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from datasets import Dataset, load_from_disk
+from datasets import Dataset, Features, List, Value, load_from_disk
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
@@ -20,11 +20,19 @@ from lengthpred.data.select import build_pools, select_domain
 from lengthpred.data.sources import SOURCES
 from lengthpred.data.splits import cot_variants, cross_pairs, forelen, split_ids
 from lengthpred.data.summary import format_table, summary_rows
+from lengthpred.data.trace import length_stat
 from lengthpred.errors import DataError
 from lengthpred.paths import DATA_DIR, resolve
 
 log = logging.getLogger("lengthpred.data")
 Record = dict[str, Any]
+# explicit, so an empty `lengths` everywhere still saves as list<int64> and `length` as float64
+FEATURES = Features({
+    "id": Value("string"), "source": Value("string"), "domain": Value("string"), "category": Value("string"),
+    "messages": List({"role": Value("string"), "content": Value("string")}),
+    "reference": Value("string"), "lengths": List(Value("int64")), "length_model": Value("string"),
+    "length": Value("float64"),
+})
 
 
 def splits_dir(data_cfg: DictConfig, data_dir: str | Path | None = None) -> Path:
@@ -128,7 +136,10 @@ def prepare(cfg: DictConfig, force: bool = False) -> Path:
     splits["meta"]["config_hash"] = h
     splits["meta"]["name"] = str(data_cfg.name)
     out.mkdir(parents=True, exist_ok=True)
-    ds = Dataset.from_list([{c: r[c] for c in COLUMNS} for r in sorted(records, key=lambda r: r["id"])])
+    stat = length_stat(str(data_cfg.get("length_stat", "mean")))
+    rows = [{**{c: r[c] for c in COLUMNS}, "length": stat(r["lengths"]) if r["lengths"] else None}
+            for r in sorted(records, key=lambda r: r["id"])]
+    ds = Dataset.from_list(rows, features=FEATURES)
     ds.save_to_disk(str(out / "prompts"))
     (out / "splits.json").write_text(json.dumps(splits, indent=1, sort_keys=False))
     stamp.write_text(h + "\n")

@@ -141,15 +141,29 @@ ALPACA_EVAL_MODELS = ("gpt4_1106_preview", "gpt4_1106_preview_concise", "gpt4_11
                       "Meta-Llama-3-8B-Instruct", "alpaca-7b", "Mistral-7B-Instruct-v0.2")
 
 
-@source("alpaca_eval", *(f"alpaca_eval/{m}.json" for m in ALPACA_EVAL_MODELS))
-def _alpaca_eval(root: Path, log: BadInputLog) -> Iterator[Record]:
-    """The 805 instructions once (every model file holds the same ones); reference: gpt4_1106_preview."""
-    for rel in SOURCES.get("alpaca_eval").files:
-        model = Path(rel).stem
-        for _, row, (ins, out) in _rows(root, rel, log, "instruction", "output"):
-            if model == ALPACA_EVAL_MODELS[0]:
-                yield make_record("alpaca_eval", "chat", user(ins), category=f"alpaca_eval/{row.get('dataset', '')}",
-                                  reference=out)
+def token_counts(texts: list[str]) -> list[int]:
+    """Output lengths in tokens of the embedded SmolLM2 tokenizer (not the generating model's own)."""
+    from lengthpred.models.tiny import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    return [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]] if texts else []
+
+
+def _alpaca_eval(name: str, model: str) -> None:
+    """The 805 instructions (same ids from every model file); lengths: that model's output, SmolLM2 tokens."""
+    rel = f"alpaca_eval/{model}.json"
+
+    @source(name, rel)
+    def _load(root: Path, log: BadInputLog) -> Iterator[Record]:
+        rows = [(row, ins, out) for _, row, (ins, out) in _rows(root, rel, log, "instruction", "output")]
+        for (row, ins, out), n in zip(rows, token_counts([str(o) for _, _, o in rows]), strict=True):
+            yield make_record("alpaca_eval", "chat", user(ins), category=f"alpaca_eval/{row.get('dataset', '')}",
+                              reference=out, lengths=[n], length_model=f"alpaca_eval:{model}@smollm2-tokens")
+
+
+_alpaca_eval("alpaca_eval", ALPACA_EVAL_MODELS[0])
+for _m in ALPACA_EVAL_MODELS:
+    _alpaca_eval(f"alpaca_eval:{_m}", _m)
 
 
 @source("mt_bench", "mt_bench/question.jsonl")

@@ -41,12 +41,21 @@ def _log_lengths(recs: Sequence[Record], stat: Callable[[list[int]], float]) -> 
     return np.log1p([stat(r["lengths"]) for r in recs if r["lengths"]])
 
 
-def shift(train: Sequence[Record], test: Sequence[Record], min_known: int = 5) -> dict[str, Any]:
-    """Wasserstein-1 distances between log distributions; lengths when both sides know them."""
+def knows_lengths(recs: Sequence[Record], min_known: int = 5) -> bool:
+    return sum(1 for r in recs if r["lengths"]) >= min_known
+
+
+def shift(train: Sequence[Record], test: Sequence[Record], use_lengths: bool | None = None) -> dict[str, Any]:
+    """Wasserstein-1 distance between log known-length distributions (else log prompt characters).
+
+    `use_lengths` fixes the basis for a whole set of pairs so their shifts are comparable.
+    """
     lp = wasserstein_distance(np.log1p([prompt_chars(r) for r in train]),
                               np.log1p([prompt_chars(r) for r in test]))
     a, b = _log_lengths(train, np.mean), _log_lengths(test, np.mean)
-    if len(a) >= min_known and len(b) >= min_known:
+    if use_lengths is None:
+        use_lengths = knows_lengths(train) and knows_lengths(test)
+    if use_lengths:
         return {"length_wasserstein": float(wasserstein_distance(a, b)), "length_basis": "known_lengths",
                 "prompt_wasserstein": float(lp)}
     return {"length_wasserstein": float(lp), "length_basis": "prompt_chars", "prompt_wasserstein": float(lp)}
@@ -68,6 +77,8 @@ def cross_pairs(
     """Every (single source → target) pair, plus (mix of all others → target) when mix."""
     pairs, removed = [], 0
     domains = list(indomain)
+    use_lengths = all(knows_lengths([by_id[i] for i in parts[k]]) for parts in indomain.values()
+                      for k in ("train", "test"))
     for tgt in domains:
         sources: list[tuple[str, list[str]]] = [(s, [s]) for s in domains if s != tgt]
         if mix and len(domains) > 2:
@@ -79,7 +90,7 @@ def cross_pairs(
             train, n_rm = dedup_train(train, test, by_id)
             val, n_rm2 = dedup_train(val, test, by_id)
             removed += n_rm + n_rm2
-            sh = shift([by_id[i] for i in train], [by_id[i] for i in test])
+            sh = shift([by_id[i] for i in train], [by_id[i] for i in test], use_lengths)
             if extra_shift is not None:
                 sh.update(extra_shift(train, test))
             pairs.append({"name": f"{name}->{tgt}", "source": name, "target": tgt,
@@ -112,3 +123,10 @@ def forelen(
     n_rl = cfg.get("rl")
     rl = sorted(rl_pool if n_rl is None else rl_pool[:n_rl])
     return {"longseq": longseq, "reasoning": sorted(r["id"] for r in cot), "rl": rl}
+
+
+def update_shifts(splits: dict[str, Any], fn: ShiftFn) -> dict[str, Any]:
+    """Add later-stage distances (e.g. feature space, or the serving model's own lengths) to every pair."""
+    for pair in splits["cross"]:
+        pair["shift"].update(fn(pair["train"], pair["test"]))
+    return splits

@@ -31,6 +31,8 @@ def summary_rows(splits: Mapping[str, Any], by_id: Mapping[str, Record]) -> list
             "known_len p10/50/90": _q(known),
         })
     for name, ids in splits.get("forelen", {}).items():
+        if not ids:
+            continue
         recs = [by_id[i] for i in ids]
         known = [float(np.mean(r["lengths"])) for r in recs if r["lengths"]]
         rows.append({"domain": f"forelen/{name}", "train": len(ids), "val": 0, "test": 0,

@@ -1,0 +1,206 @@
+"""Bring-your-own trace (`data=trace`): a JSONL/CSV/Parquet file of prompts with measured output lengths.
+
+Options (conf/data/trace.yaml): data.train_path, data.test_path, data.prompt_field, data.length_field,
+data.length_stat (default mean), data.domain_field (optional). Paths may be globs or lists of paths.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, ListConfig
+
+from lengthpred.data.readers import BadInputLog, field, iter_rows
+from lengthpred.data.records import content_key, make_record
+from lengthpred.data.splits import cross_pairs, dedup_train, forelen, split_ids
+from lengthpred.errors import ConfigError, DataError
+from lengthpred.paths import resolve
+
+Record = dict[str, Any]
+LENGTH_STATS: dict[str, Callable[[Sequence[int]], float]] = {
+    "mean": lambda x: float(np.mean(x)), "median": lambda x: float(np.median(x)),
+    "max": lambda x: float(max(x)), "min": lambda x: float(min(x)), "first": lambda x: float(x[0]),
+}
+
+
+def length_stat(name: str) -> Callable[[Sequence[int]], float]:
+    if name not in LENGTH_STATS:
+        raise ConfigError(f"data.length_stat={name!r}; valid: {', '.join(LENGTH_STATS)}")
+    return LENGTH_STATS[name]
+
+
+def expand_paths(spec: str | Sequence[str] | None, what: str) -> list[Path]:
+    """A path, a glob, or a list of either → existing files (a pattern that matches nothing is an error)."""
+    if spec is None:
+        return []
+    specs = list(spec) if isinstance(spec, list | tuple | ListConfig) else [spec]
+    out: list[Path] = []
+    for s in specs:
+        p = resolve(str(s))
+        if any(ch in str(s) for ch in "*?["):
+            hits = sorted(Path(h) for h in glob.glob(str(p)))
+            if not hits:
+                raise DataError(f"{what}={s}: no file matches")
+            out += hits
+        elif not p.is_file():
+            raise DataError(f"{what}={p}: file not found")
+        else:
+            out.append(p)
+    return out
+
+
+def parse_messages(value: Any, where: str, name: str, log: BadInputLog) -> list[dict[str, str]] | None:
+    """Plain text → one user turn; a list of {role, content} (or a JSON string of one) → those turns."""
+    if isinstance(value, str) and value.lstrip().startswith("[{"):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            pass  # a text prompt that happens to start with "[{"
+    if isinstance(value, str):
+        msgs = [{"role": "user", "content": value}]
+    elif isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
+        msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in value]
+    else:
+        log.bad("malformed field", where, f"field {name!r} must be text or a list of {{role, content}}")
+        return None
+    if not any(m["content"].strip() for m in msgs if m["role"] == "user"):
+        log.bad("empty prompt", where, f"field {name!r} has no user text")
+        return None
+    return msgs
+
+
+def parse_lengths(value: Any, where: str, name: str, log: BadInputLog) -> list[int] | None:
+    """An int, a list of ints, or a string of either (CSV) → list[int] ≥ 0."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            log.bad("malformed field", where, f"field {name!r}={value[:40]!r} is not a number or list")
+            return None
+    vals = value if isinstance(value, list) else [value]
+    try:
+        out = [int(v) for v in vals]
+        if not out or any(v < 0 or v != float(w) for v, w in zip(out, vals, strict=True)):
+            raise ValueError
+    except (TypeError, ValueError):
+        log.bad("malformed field", where, f"field {name!r}={str(value)[:40]} is not a non-negative int or list")
+        return None
+    return out
+
+
+def read_trace(
+    paths: Sequence[Path],
+    prompt_field: str,
+    length_field: str | None,
+    log: BadInputLog,
+    *,
+    source: str = "trace",
+    domain_field: str | None = None,
+    default_domain: str = "all",
+    length_model: str = "trace",
+    domain_map: Callable[[str, dict], str] | None = None,
+) -> Iterator[Record]:
+    """One record per valid row (rows with the same prompt are not merged here; see merge_duplicates)."""
+    for path in paths:
+        for where, row in iter_rows(path, log):
+            raw = field(row, prompt_field, where, log)
+            if raw is None:
+                continue
+            msgs = parse_messages(raw, where, prompt_field, log)
+            if msgs is None:
+                continue
+            lengths: list[int] = []
+            if length_field:
+                v = field(row, length_field, where, log)
+                if v is None:
+                    continue
+                parsed = parse_lengths(v, where, length_field, log)
+                if parsed is None:
+                    continue
+                lengths = parsed
+            dom = default_domain
+            if domain_field:
+                d = field(row, domain_field, where, log)
+                if d is None:
+                    continue
+                dom = str(d)
+            if domain_map is not None:
+                dom = domain_map(dom, row)
+            yield make_record(source, dom, msgs, category=dom, lengths=lengths, length_model=length_model)
+
+
+def merge_duplicates(records: Sequence[Record]) -> tuple[list[Record], int]:
+    """Rows with the same id become one prompt whose lengths are all rows' samples (a log may repeat)."""
+    by_id: dict[str, Record] = {}
+    n = 0
+    for r in records:
+        if r["id"] in by_id:
+            by_id[r["id"]]["lengths"] = by_id[r["id"]]["lengths"] + r["lengths"]
+            n += 1
+        else:
+            by_id[r["id"]] = dict(r)
+    return list(by_id.values()), n
+
+
+def build_from_trace(data_cfg: DictConfig) -> tuple[list[Record], dict[str, Any]]:
+    """Trace records and splits: indomain["all"] (val carved from train), per-domain and cross pairs."""
+    if not data_cfg.get("train_path"):
+        raise ConfigError("data=trace needs data.train_path=<file.jsonl|csv|parquet> (a glob or list works)")
+    stat_name = str(data_cfg.get("length_stat", "mean"))
+    length_stat(stat_name)  # fail on a bad name before reading anything
+    bad = BadInputLog(data_cfg.get("on_bad_input", "raise"))
+    kw = dict(domain_field=data_cfg.get("domain_field"), length_model=str(data_cfg.get("length_model", "trace")))
+    pf, lf = str(data_cfg.prompt_field), data_cfg.get("length_field")
+    train_recs, n_dup_tr = merge_duplicates(list(read_trace(expand_paths(data_cfg.train_path, "data.train_path"),
+                                                            pf, lf, bad, **kw)))
+    seed = int(data_cfg.get("seed", 0))
+    val_f, test_f = float(data_cfg.get("val_fraction", 0.1)), float(data_cfg.get("test_fraction", 0.2))
+    n_cross_dup = 0
+    if data_cfg.get("test_path"):
+        test_recs, n_dup_te = merge_duplicates(list(read_trace(expand_paths(data_cfg.test_path, "data.test_path"),
+                                                               pf, lf, bad, **kw)))
+        test_keys = {content_key(r["messages"]) for r in test_recs}
+        kept = [r for r in train_recs if content_key(r["messages"]) not in test_keys]
+        n_cross_dup = len(train_recs) - len(kept)
+        tr_va = split_ids([r["id"] for r in kept], {"train": 1 - val_f, "val": val_f, "test": 0.0}, seed)
+        test_ids = sorted(r["id"] for r in test_recs)
+        train_recs = kept
+    else:
+        test_recs, n_dup_te = [], 0
+        tr_va = split_ids([r["id"] for r in train_recs],
+                          {"train": 1 - val_f - test_f, "val": val_f, "test": test_f}, seed)
+        test_ids = tr_va["test"]
+    records = train_recs + [r for r in test_recs if r["id"] not in {x["id"] for x in train_recs}]
+    if not records:
+        raise DataError(f"data.train_path={data_cfg.train_path}: no usable records")
+    by_id = {r["id"]: r for r in records}
+    indomain: dict[str, dict[str, list[str]]] = {"all": {"train": tr_va["train"], "val": tr_va["val"],
+                                                         "test": test_ids}}
+    domains = sorted({r["domain"] for r in records})
+    pairs: list[dict[str, Any]] = []
+    if data_cfg.get("domain_field") and len(domains) > 1:
+        for d in domains:
+            indomain[d] = {k: [i for i in v if by_id[i]["domain"] == d] for k, v in indomain["all"].items()}
+        per_dom = {d: indomain[d] for d in domains}
+        pairs, _ = cross_pairs(per_dom, by_id, mix=bool(data_cfg.get("cross_mix", True)))
+    tr, n_rm = dedup_train(indomain["all"]["train"], indomain["all"]["test"], by_id)
+    indomain["all"]["train"] = tr
+    splits = {
+        "indomain": indomain,
+        "cross": pairs,
+        "forelen": forelen(records, [], data_cfg.get("forelen") or {"longseq": 0, "rl": 0}, seed),
+        "meta": {
+            "seed": seed, "n_prompts": len(records), "length_stat": stat_name,
+            "counts": dict(Counter(r["domain"] for r in records)),
+            "bad_input_skipped": dict(bad.counts), "bad_input_examples": bad.examples,
+            "merged_duplicate_rows": n_dup_tr + n_dup_te,
+            "train_test_duplicates_removed": n_cross_dup + n_rm,
+        },
+    }
+    return records, splits
