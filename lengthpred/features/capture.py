@@ -1,0 +1,168 @@
+"""Capture what one prefill forward already computes, on chosen layers only, and always clean up.
+
+Hidden states: forward hooks on the chosen decoder layers keep a reference to their output (index l of
+HF `hidden_states` is the output of decoder layer l-1; index 0 is the input of layer 0; the last index,
+after the final norm, is the decoder's `last_hidden_state` and needs no hook).
+
+Attention importance: the model keeps its own attention implementation (SDPA, flash, ...) for every
+layer. Only the chosen layers' attention modules additionally recompute softmax(QKᵀ) from the very
+q/k their attention function receives, in chunks of query positions, and keep only the attention each
+token *receives* (summed over heads and queries) — never a [heads, T, T] tensor per layer. This works
+for any model whose attention goes through transformers' `ALL_ATTENTION_FUNCTIONS` (Llama, Qwen2,
+Mistral, Gemma, ... in transformers 5); we override that mapping locally for the duration only.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from lengthpred.errors import ModelError
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder's list of transformer blocks (length config.num_hidden_layers)."""
+    n = model.config.num_hidden_layers
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    layers = getattr(decoder, "layers", None)
+    if isinstance(layers, nn.ModuleList) and len(layers) == n:
+        return layers
+    for _, m in decoder.named_modules():
+        if isinstance(m, nn.ModuleList) and len(m) == n:
+            return m
+    raise ModelError(f"{type(model).__name__}: cannot find its {n} decoder layers for feature capture")
+
+
+def received_attention(
+    query: torch.Tensor,  # [B, H, T, hd] (after rotary)
+    key: torch.Tensor,  # [B, Hkv, T, hd]
+    mask: torch.Tensor,  # [B, T] 1 = real token
+    scaling: float,
+    chunk: int,
+) -> torch.Tensor:
+    """Attention each key position receives, summed over heads and real query positions: [B, T] float32.
+
+    Causal + key-padding mask (sliding windows and logit soft-capping are not applied).
+    """
+    b, h, t, hd = query.shape
+    hkv = key.shape[1]
+    q = query.reshape(b, hkv, h // hkv, t, hd)  # grouped-query heads share their key head
+    kt = key.transpose(-1, -2).unsqueeze(2)  # [B, Hkv, 1, hd, T]
+    real = mask.bool()
+    pos = torch.arange(t, device=query.device)
+    out = torch.zeros(b, t, dtype=torch.float32, device=query.device)
+    for s in range(0, t, chunk):
+        e = min(t, s + chunk)
+        scores = torch.matmul(q[:, :, :, s:e], kt).float().mul_(scaling)  # [B, Hkv, g, c, T]
+        allowed = (pos[None, :] <= pos[s:e, None])[None] & real[:, None, :]  # [B, c, T]
+        scores.masked_fill_(~allowed[:, None, None], float("-inf"))
+        probs = scores.softmax(dim=-1)
+        # padded query rows are all -inf (NaN after softmax): drop them by selection, not multiplication
+        probs.masked_fill_(~real[:, None, None, s:e, None], 0.0)
+        out += probs.sum(dim=(1, 2, 3))
+    return out
+
+
+class PrefillCapture:
+    """Context manager: hooks on chosen layers for one model; `begin(mask)` before each forward.
+
+    After a forward, `hidden[l]` is hidden_states index l (for l < num_layers) as [B, T, d] and
+    `received` the attention received per token summed over the chosen attention layers [B, T].
+    """
+
+    def __init__(self, model: nn.Module, hs_layers: list[int], attn_layers: list[int], attn_chunk: int = 128):
+        self.model = model
+        self.layers = decoder_layers(model)
+        self.hs_layers = [i for i in hs_layers if i < len(self.layers)]  # the last one is the output
+        self.attn_layers = list(attn_layers)
+        self.attn_chunk = attn_chunk
+        self.hidden: dict[int, torch.Tensor] = {}
+        self.received: torch.Tensor | None = None
+        self.n_attn_calls = 0
+        self._mask: torch.Tensor | None = None
+        self._handles: list = []
+        self._attn_ids: set[int] = set()
+        self._restore: list[tuple[object, str, object]] = []
+
+    def begin(self, mask: torch.Tensor) -> None:
+        self._mask = mask
+        self.hidden = {}
+        self.received = None
+        self.n_attn_calls = 0
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def _keep(self, index: int) -> Callable:
+        def hook(_module, _args, output):
+            self.hidden[index] = output[0] if isinstance(output, tuple) else output
+
+        return hook
+
+    def _keep_input(self, _module, args, kwargs):
+        self.hidden[0] = args[0] if args else kwargs["hidden_states"]
+
+    def _wrap_attention(self, fn: Callable) -> Callable:
+        def attention(module, query, key, value, attention_mask, *args, **kwargs):
+            out = fn(module, query, key, value, attention_mask, *args, **kwargs)
+            if id(module) in self._attn_ids and self._mask is not None:
+                scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or query.shape[-1] ** -0.5
+                with torch.no_grad():
+                    r = received_attention(query, key, self._mask, float(scaling), self.attn_chunk)
+                self.received = r if self.received is None else self.received + r
+                self.n_attn_calls += 1
+            return out
+
+        return attention
+
+    def __enter__(self) -> PrefillCapture:
+        try:
+            for idx in self.hs_layers:
+                if idx == 0:
+                    h = self.layers[0].register_forward_pre_hook(self._keep_input, with_kwargs=True)
+                else:
+                    h = self.layers[idx - 1].register_forward_hook(self._keep(idx))
+                self._handles.append(h)
+            if self.attn_layers:
+                self._attn_ids = {id(m) for i in self.attn_layers for m in self.layers[i].modules()}
+                self._patch_attention()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _patch_attention(self) -> None:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        impl = getattr(self.model.config, "_attn_implementation", None) or "eager"
+        if impl == "eager" or impl not in ALL_ATTENTION_FUNCTIONS:
+            # eager is looked up with each modeling file's own default function
+            attn_module = next(m for i in self.attn_layers for m in self.layers[i].modules()
+                               if hasattr(m, "layer_idx") and m is not self.layers[i])
+            original = getattr(sys.modules[type(attn_module).__module__], "eager_attention_forward", None)
+            if original is None:
+                raise ModelError(f"{type(self.model).__name__}: attention importance needs its attention "
+                                 f"to go through transformers' AttentionInterface; set features.attn_layers=[]")
+        else:
+            original = ALL_ATTENTION_FUNCTIONS[impl]
+        had_local = impl in ALL_ATTENTION_FUNCTIONS._local_mapping
+        self._restore.append((impl, had_local, ALL_ATTENTION_FUNCTIONS._local_mapping.get(impl)))
+        ALL_ATTENTION_FUNCTIONS[impl] = self._wrap_attention(original)
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        if self._restore:
+            from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+            for impl, had_local, previous in self._restore:
+                if had_local:
+                    ALL_ATTENTION_FUNCTIONS[impl] = previous
+                else:
+                    del ALL_ATTENTION_FUNCTIONS[impl]
+            self._restore.clear()
+        self._mask = None
+        self.hidden = {}
+        self.received = None

@@ -1,0 +1,320 @@
+"""One prefill per prompt → pooled features on disk, streamed batch by batch, resumable and shardable.
+
+`extract_features(...) -> Path` writes; `ensure_features(cfg, prompts) -> FeatureSet` finds the cache
+folder by key or extracts, then loads.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lengthpred.errors import ConfigError, DataError, LengthpredError
+from lengthpred.features.capture import PrefillCapture, decoder_layers
+from lengthpred.features.pooling import pool, pool_weights, token_entropy
+from lengthpred.features.settings import FeatureSettings, cache_key, prompts_hash, resolve_indices
+from lengthpred.features.store import (
+    MANIFEST,
+    FeatureSet,
+    atomic_write_json,
+    done_ids,
+    load_features,
+    write_part,
+)
+from lengthpred.paths import REPO_ROOT, resolve
+from lengthpred.prompting import encode_prompt
+
+log = logging.getLogger(__name__)
+_STORE = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+# -- inputs ------------------------------------------------------------------------------------------
+def prompt_records(prompts: Any) -> list[tuple[str, list[dict]]]:
+    """(id, messages) pairs from a datasets.Dataset, a list of dicts or a mapping of columns."""
+    if hasattr(prompts, "column_names"):
+        ids, msgs = prompts["id"], prompts["messages"]
+    elif isinstance(prompts, Mapping):
+        ids, msgs = prompts["id"], prompts["messages"]
+    else:
+        rows = list(prompts)
+        ids, msgs = [r["id"] for r in rows], [r["messages"] for r in rows]
+    ids = [str(i) for i in ids]
+    if len(set(ids)) != len(ids):
+        raise DataError("prompts: duplicate ids")
+    return sorted(zip(ids, [list(m) for m in msgs], strict=True), key=lambda r: r[0])
+
+
+def model_identity(name: str, dtype: str) -> dict[str, str]:
+    return {"name": str(name), "dtype": str(dtype).removeprefix("torch.")}
+
+
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        return rev or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+# -- planning ----------------------------------------------------------------------------------------
+class Plan:
+    """Validated, model-resolved extraction plan: which indices, which columns."""
+
+    def __init__(self, settings: FeatureSettings, model: nn.Module):
+        n_layers = len(decoder_layers(model))
+        self.settings = settings
+        self.hs_layers = resolve_indices(settings.layers, n_layers + 1, "layers")
+        self.token_layers = resolve_indices(settings.token_layers, n_layers + 1, "token_layers")
+        missing = sorted(set(self.token_layers) - set(self.hs_layers))
+        if missing:
+            raise ConfigError(f"features.token_layers {missing} must also be in features.layers")
+        self.attn_layers = (resolve_indices(settings.attn_layers, n_layers, "attn_layers")
+                            if settings.needs_attention else [])
+        if settings.needs_attention and not self.attn_layers:
+            raise ConfigError("features: pools 'attn'/fused need at least one of features.attn_layers")
+        if model.get_output_embeddings() is None:
+            raise ModelLacksHead(f"{type(model).__name__} has no LM head: entropy needs a causal LM")
+        self.lm_head = model.get_output_embeddings()
+        self.softcap = getattr(model.config, "final_logit_softcapping", None)
+        self.d = model.config.hidden_size
+        self.pools = settings.pool_names
+
+    def columns(self) -> dict[str, int]:
+        cols = {f"hs.L{i}.{p}": self.d for i in self.hs_layers for p in self.pools}
+        cols.update({"n_prompt_tokens": 1, "entropy.mean": 1})
+        return cols
+
+
+class ModelLacksHead(ConfigError):
+    """The model cannot give what the settings ask for (no LM head, attention not observable)."""
+
+
+def plan_batches(lengths: list[int], batch_size: int, max_batch_tokens: int) -> list[list[int]]:
+    """Indices grouped by similar length (sorted, longest first) so padding stays small; each batch has at
+    most `batch_size` prompts and at most `max_batch_tokens` padded tokens. Deterministic for given inputs."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches, cur = [], []
+    for i in order:
+        width = lengths[cur[0]] if cur else lengths[i]  # first in a batch is its longest
+        if cur and (len(cur) >= batch_size or width * (len(cur) + 1) > max_batch_tokens):
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def collate(seqs: list[list[int]], pad_id: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    t = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), t), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), t), dtype=torch.long)
+    for b, s in enumerate(seqs):
+        sl = slice(t - len(s), t) if side == "left" else slice(0, len(s))
+        ids[b, sl] = torch.tensor(s, dtype=torch.long)
+        mask[b, sl] = 1
+    return ids, mask
+
+
+# -- the forward -------------------------------------------------------------------------------------
+@torch.no_grad()
+def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_ids: torch.Tensor,
+                  mask: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
+    """One forward → pooled columns {name: [B, d] float32} and the [B, T, d] states of token_layers."""
+    s = plan.settings
+    device = next(model.parameters()).device
+    input_ids, mask = input_ids.to(device), mask.to(device)
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding must not shift positions
+    capture.begin(mask)
+    out = model.get_decoder()(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
+                              use_cache=False)
+    final = out.last_hidden_state  # [B, T, d] = hidden_states[num_layers], after the final norm
+    hidden = dict(capture.hidden)
+    hidden[len(capture.layers)] = final
+    if plan.attn_layers and capture.n_attn_calls != len(plan.attn_layers):
+        raise ModelLacksHead(f"{type(model).__name__}: attention importance saw {capture.n_attn_calls} of "
+                             f"{len(plan.attn_layers)} attention layers; set features.attn_layers=[] and drop "
+                             f"the attn/fused pools")
+    entropy = token_entropy(final, mask, plan.lm_head, s.entropy_chunk, plan.softcap)  # [B, T]
+    weights = pool_weights(mask, s.pools, s.fused, entropy=entropy, received=capture.received)
+    w = torch.stack([weights[p] for p in plan.pools], dim=1)  # [B, K, T]
+    cols: dict[str, torch.Tensor] = {}
+    for layer in plan.hs_layers:
+        pooled = pool(hidden[layer], w, mask)  # [B, K, d]
+        for k, p in enumerate(plan.pools):
+            cols[f"hs.L{layer}.{p}"] = pooled[:, k]
+    n = mask.sum(-1)
+    cols["n_prompt_tokens"] = n.float()[:, None]
+    cols["entropy.mean"] = (entropy.sum(-1) / n.clamp(min=1))[:, None]
+    tokens = {i: hidden[i] for i in plan.token_layers}
+    return cols, tokens
+
+
+def _check_finite(cols: dict[str, torch.Tensor], ids: list[str], dtype: str) -> None:
+    for name, v in cols.items():
+        bad = ~torch.isfinite(v).all(dim=-1)
+        if bad.any():
+            which = [ids[i] for i in bad.nonzero().flatten().tolist()]
+            hint = " (float16 overflow? set features.dtype=bfloat16 or float32)" if dtype == "float16" else ""
+            raise DataError(f"non-finite feature {name} for prompt {which[0]}" +
+                            (f" and {len(which) - 1} more" if len(which) > 1 else "") + hint)
+
+
+def _tokens_file(tokens: dict[int, torch.Tensor], mask: torch.Tensor, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    real = mask.bool()
+    out = {f"hs.L{i}": h[real].to(dtype).cpu() for i, h in tokens.items()}  # row-major: prompt after prompt
+    out["offsets"] = torch.cat([torch.zeros(1, dtype=torch.long), mask.sum(-1).cumsum(0).cpu()])
+    return out
+
+
+def extract_features(
+    settings: FeatureSettings | Any,
+    model: nn.Module,
+    tokenizer: Any,
+    prompts: Any,
+    *,
+    out_dir: str | Path | None = None,
+    model_name: str | None = None,
+    shard: tuple[int, int] = (0, 1),
+    progress: bool = True,
+) -> Path:
+    """Extract features of `prompts` into `out_dir` (default: the cache folder for `settings`) and return it.
+
+    `settings` is a FeatureSettings or the whole Hydra config (then `features`, `paths.data_dir`,
+    `model.name` and `shard` come from it). Batches are written as they finish; a rerun skips prompts
+    already stored, and shard (i, n) handles prompts i, i+n, ... of the id-sorted set.
+    """
+    cfg = None
+    if not isinstance(settings, FeatureSettings):
+        cfg = settings
+        settings = settings_from_cfg(cfg)
+        model_name = model_name or cfg.model.name
+        from lengthpred.cli import parse_shard
+
+        shard = parse_shard(cfg.get("shard")) if shard == (0, 1) else shard
+    model_name = model_name or getattr(model.config, "_name_or_path", None) or type(model).__name__
+    records = prompt_records(prompts)
+    if settings.limit:
+        records = records[: settings.limit]
+    if not records:
+        raise DataError("no prompts to extract features for")
+    plan = Plan(settings, model)  # validates layers / attention / head before any work
+    dtype = next(model.parameters()).dtype
+    ident = model_identity(model_name, dtype)
+    p_hash = prompts_hash(records)
+    key = cache_key(settings, ident, p_hash)
+    if out_dir is None:
+        data_dir = resolve(cfg.paths.data_dir) if cfg is not None else REPO_ROOT / "data"
+        out_dir = data_dir / "features" / Path(str(model_name)).name / key
+    root = Path(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(root / MANIFEST, {
+        "model": ident, "cache_key": key, "prompts_hash": p_hash, "git_revision": git_revision(),
+        "settings": settings.hashed(), "layers": plan.hs_layers, "attn_layers": plan.attn_layers,
+        "token_layers": plan.token_layers, "poolings": list(plan.pools), "fused": list(settings.fused),
+        "dtype": settings.dtype, "columns": plan.columns(), "ids": [r[0] for r in records],
+        "padding_side": settings.padding_side,
+    })
+
+    i, n = shard
+    mine = records[i::n]
+    max_tokens = settings.max_prompt_tokens or getattr(model.config, "max_position_embeddings", None)
+    encoded, skipped = [], {}
+    for pid, messages in mine:
+        try:
+            encoded.append((pid, encode_prompt(tokenizer, messages, max_prompt_tokens=max_tokens,
+                                               overflow=settings.overflow, prompt_id=pid)))
+        except DataError as e:  # empty or over-long under overflow=reject: skipped and listed
+            skipped[pid] = str(e)
+    atomic_write_json(root / f"skipped-{i}of{n}.json", skipped)
+    if skipped:
+        log.warning("%d prompts skipped (empty or over-long); listed in %s", len(skipped), root)
+
+    done = done_ids(root)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    batches = plan_batches([len(e[1]) for e in encoded], settings.batch_size, settings.max_batch_tokens)
+    todo = [[encoded[j] for j in b] for b in batches if any(encoded[j][0] not in done for j in b)]
+    store = _STORE[settings.dtype]
+    from tqdm.auto import tqdm
+
+    t0, n_tok = time.perf_counter(), 0
+    bar = tqdm(total=sum(len(b) for b in todo), desc=f"features {i}/{n}", unit="prompt", disable=not progress)
+    with PrefillCapture(model, plan.hs_layers, plan.attn_layers, settings.attn_chunk) as capture:
+        if todo and plan.attn_layers:  # a 2-token probe: an attention the model cannot give fails here
+            extract_batch(model, plan, capture, *collate([todo[0][0][1][:2]], pad_id, "right"))
+        for batch in todo:
+            ids = [e[0] for e in batch]
+            input_ids, mask = collate([e[1] for e in batch], pad_id, settings.padding_side)
+            cols, tokens = extract_batch(model, plan, capture, input_ids, mask)
+            _check_finite(cols, ids, settings.dtype)
+            cols = {k: v.to(store).cpu() for k, v in cols.items()}
+            _check_finite(cols, ids, settings.dtype)
+            write_part(root, ids, cols, _tokens_file(tokens, mask, store) if tokens else None)
+            n_tok += int(mask.sum())
+            bar.update(len(batch))
+    bar.close()
+    if todo:
+        dt = time.perf_counter() - t0
+        log.info("features: %d prompts, %d tokens in %.1f s (%.1f prompts/s, %.0f tokens/s) → %s",
+                 sum(len(b) for b in todo), n_tok, dt, sum(len(b) for b in todo) / dt, n_tok / dt, root)
+    return root
+
+
+def settings_from_cfg(cfg: Any) -> FeatureSettings:
+    """FeatureSettings from a whole config: `features.max_prompt_tokens: null` takes generation's budget."""
+    d = dict(cfg.features)
+    if d.get("max_prompt_tokens") is None:
+        gen = cfg.get("generate") or {}
+        if gen.get("max_prompt_tokens") is not None:
+            d["max_prompt_tokens"] = gen["max_prompt_tokens"]
+        elif cfg.model.get("max_context") and gen.get("max_new_tokens"):
+            d["max_prompt_tokens"] = int(cfg.model.max_context) - int(gen["max_new_tokens"])
+        elif cfg.model.get("max_context"):
+            d["max_prompt_tokens"] = int(cfg.model.max_context)
+    return FeatureSettings.from_cfg(d)
+
+
+def feature_dir(cfg: Any, prompts: Any) -> Path:
+    """The cache folder the config + prompts map to (whether or not it exists yet)."""
+    settings = settings_from_cfg(cfg)
+    records = prompt_records(prompts)
+    if settings.limit:
+        records = records[: settings.limit]
+    key = cache_key(settings, model_identity(cfg.model.name, cfg.model.dtype), prompts_hash(records))
+    return resolve(cfg.paths.data_dir) / "features" / str(cfg.model.name) / key
+
+
+def ensure_features(cfg: Any, prompts: Any, model: nn.Module | None = None, tokenizer: Any = None) -> FeatureSet:
+    """Load the features for (config, prompts) from the cache, extracting whatever is missing first."""
+    root = feature_dir(cfg, prompts)
+    if (root / MANIFEST).is_file():
+        try:
+            return load_features(root)
+        except LengthpredError:
+            log.info("features at %s incomplete: resuming", root)
+    if model is None:
+        from hydra.utils import instantiate
+
+        from lengthpred.models import load_causal_lm
+
+        model, tokenizer = load_causal_lm(instantiate(cfg.model))
+    out = extract_features(cfg, model, tokenizer, prompts, out_dir=root)
+    return load_features(out)
+
+
+def iter_columns(names: Iterable[str]) -> list[tuple[int, str]]:
+    """(layer, pool) of each `hs.L{l}.{pool}` name (others skipped)."""
+    out = []
+    for n in names:
+        if n.startswith("hs.L"):
+            layer, pool_name = n[4:].split(".", 1)
+            out.append((int(layer), pool_name))
+    return out

@@ -1,0 +1,151 @@
+"""What a feature extraction is: layers, poolings, fusion variants, storage dtype, and its cache key.
+
+Column names: `hs.L{l}.{pool}` with `l` the HF `hidden_states` index (0 = embeddings, the last index is
+after the final norm) plus the scalars `n_prompt_tokens` and `entropy.mean`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lengthpred.errors import ConfigError
+
+POOLS = ("last", "mean", "entropy", "attn")
+OVERFLOWS = ("reject", "truncate")
+PADDING_SIDES = ("left", "right")
+STORE_DTYPES = ("float16", "bfloat16", "float32")
+SCALARS = ("n_prompt_tokens", "entropy.mean")
+_FUSED = re.compile(r"^(mix(?P<alpha>[0-9]*\.?[0-9]+)|prod)$")
+# fields that change what is stored: they form the cache key (not batching, chunking or padding side)
+HASHED = ("layers", "pools", "fused", "attn_layers", "token_layers", "dtype", "max_prompt_tokens", "overflow")
+
+
+def _as_layers(value: Any, key: str) -> str | tuple[int, ...]:
+    if value in ("all", None) and key != "token_layers":
+        return "all"
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        raise ConfigError(f"features.{key}={value!r}: use 'all' or a list of integer indices")
+    try:
+        return tuple(sorted(dict.fromkeys(int(v) for v in value)))
+    except (TypeError, ValueError):
+        raise ConfigError(f"features.{key}={value!r}: use 'all' or a list of integer indices") from None
+
+
+@dataclass(frozen=True)
+class FeatureSettings:
+    """The keys of `conf/features/*.yaml`."""
+
+    # HF hidden_states indices (0 = embeddings, num_layers = after the final norm); negatives count
+    # from the end; "all" = every index, so layer choice is an experiment rather than a guess
+    layers: str | tuple[int, ...] = "all"
+    pools: tuple[str, ...] = POOLS
+    # ESTP fusions of entropy H and attention importance A, each stored as pool `fused_<spec>`:
+    # "mix<alpha>": w = softmax(alpha z(H) + (1-alpha) z(A)); "prod": w ∝ softmax(H) · A
+    fused: tuple[str, ...] = ("mix0.5", "prod")
+    # decoder-layer indices (0-based, negatives from the end) whose attention gives importance A
+    attn_layers: str | tuple[int, ...] = "all"
+    token_layers: tuple[int, ...] = ()  # hidden_states indices also stored token-level (separate file)
+    dtype: str = "float16"  # storage dtype of pooled features
+    batch_size: int = 16  # prompts per forward (and per part file: a crash loses at most one batch)
+    max_batch_tokens: int = 8192  # padded tokens per forward: bounds memory whatever the prompt count
+    padding_side: str = "left"
+    max_prompt_tokens: int | None = None  # None: the model's max_context
+    overflow: str = "truncate"  # as in generation: reject (skipped, listed) or truncate
+    entropy_chunk: int = 256  # prompt tokens per lm_head chunk when computing entropy
+    attn_chunk: int = 128  # query positions per chunk when recomputing attention weights
+    limit: int | None = None  # only the first `limit` prompts of the id-sorted set
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", _as_layers(self.layers, "layers"))
+        object.__setattr__(self, "attn_layers", _as_layers(self.attn_layers, "attn_layers"))
+        object.__setattr__(self, "token_layers", _as_layers(self.token_layers, "token_layers"))
+        object.__setattr__(self, "pools", tuple(dict.fromkeys(self.pools or ())))
+        object.__setattr__(self, "fused", tuple(dict.fromkeys(str(f) for f in (self.fused or ()))))
+        bad = [p for p in self.pools if p not in POOLS]
+        if bad:
+            raise ConfigError(f"features.pools: unknown {bad}; valid: {list(POOLS)}")
+        for f in self.fused:
+            if not _FUSED.match(f):
+                raise ConfigError(f"features.fused: {f!r} is not 'mix<alpha>' (e.g. mix0.5) or 'prod'")
+            m = _FUSED.match(f)
+            if m.group("alpha") is not None and not 0.0 <= float(m.group("alpha")) <= 1.0:
+                raise ConfigError(f"features.fused: {f!r} needs 0 <= alpha <= 1")
+        if self.dtype not in STORE_DTYPES:
+            raise ConfigError(f"features.dtype={self.dtype!r}: use one of {list(STORE_DTYPES)}")
+        if self.overflow not in OVERFLOWS:
+            raise ConfigError(f"features.overflow={self.overflow!r}: use one of {list(OVERFLOWS)}")
+        if self.padding_side not in PADDING_SIDES:
+            raise ConfigError(f"features.padding_side={self.padding_side!r}: use one of {list(PADDING_SIDES)}")
+        for k in ("batch_size", "max_batch_tokens", "entropy_chunk", "attn_chunk"):
+            if int(getattr(self, k)) < 1:
+                raise ConfigError(f"features.{k} must be >= 1")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError("features.limit must be >= 1 or null")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ConfigError("features.max_prompt_tokens must be >= 1 or null")
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any]) -> FeatureSettings:
+        """From the `features` config group; `name` is ignored, unknown keys are a config error."""
+        d = {k: v for k, v in dict(cfg).items() if not str(k).startswith("_") and k != "name"}
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"features: unknown keys {unknown}; known: {sorted(names)}")
+        for k in ("pools", "fused", "token_layers"):
+            if k in d and d[k] is not None and not isinstance(d[k], str):
+                d[k] = tuple(d[k])
+        for k in ("layers", "attn_layers"):
+            if k in d and d[k] is not None and not isinstance(d[k], str):
+                d[k] = tuple(d[k])
+        return cls(**d)
+
+    @property
+    def needs_attention(self) -> bool:
+        return "attn" in self.pools or bool(self.fused)
+
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        return self.pools + tuple(f"fused_{f}" for f in self.fused)
+
+    def hashed(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in HASHED}
+        if not self.needs_attention:
+            d["attn_layers"] = None  # unused: must not split the cache
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def resolve_indices(spec: str | Sequence[int], n: int, what: str) -> list[int]:
+    """'all' → 0..n-1; negative indices count from the end; out of range is a ConfigError."""
+    if spec == "all":
+        return list(range(n))
+    out = []
+    for i in spec:
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise ConfigError(f"features.{what}: index {i} out of range for this model (valid 0..{n - 1})")
+        out.append(j)
+    return sorted(dict.fromkeys(out))
+
+
+def prompts_hash(records: Sequence[tuple[str, Any]]) -> str:
+    """sha1 over the (id, messages) pairs in id order: the prompt half of the cache key."""
+    h = hashlib.sha1()
+    for pid, messages in sorted(records, key=lambda r: r[0]):
+        h.update(json.dumps([pid, messages], sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def cache_key(settings: FeatureSettings, model_id: Mapping[str, Any], prompt_hash: str) -> str:
+    """16 hex chars over model identity, the stored-feature settings and the prompts."""
+    blob = json.dumps({"model": dict(model_id), "features": settings.hashed(), "prompts": prompt_hash},
+                      sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]

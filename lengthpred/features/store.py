@@ -1,0 +1,166 @@
+"""The on-disk feature store: `manifest.json` + safetensors part files, read lazily column by column.
+
+Layout of `data/features/<model>/<cache-key>/`:
+  manifest.json            model, layers, poolings, fusions, dtype, git revision, expected ids, hashes
+  parts/<h>.safetensors    one batch of prompts: every column [b, d]; ids in the metadata
+  parts/<h>.tokens.safetensors  optional token-level states `hs.L{l}` [tokens, d] + `offsets` [b+1]
+  skipped-<shard>.json     ids rejected by the prompt budget / empty, with the reason
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from lengthpred.errors import DataError
+
+MANIFEST = "manifest.json"
+
+
+def atomic_write_json(path: Path, obj: object) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def part_name(ids: Sequence[str]) -> str:
+    return hashlib.sha1("\n".join(ids).encode()).hexdigest()[:16]
+
+
+def write_part(root: Path, ids: Sequence[str], columns: dict[str, torch.Tensor],
+               tokens: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write one batch atomically (tmp file + rename); the token-level file first, so a part that
+    exists is always complete."""
+    parts = root / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+    name = part_name(ids)
+    meta = {"ids": json.dumps(list(ids))}
+    if tokens:
+        tmp = parts / f".{name}.tokens.tmp"
+        save_file({k: v.contiguous() for k, v in tokens.items()}, str(tmp), metadata=meta)
+        os.replace(tmp, parts / f"{name}.tokens.safetensors")
+    tmp = parts / f".{name}.tmp"
+    save_file({k: v.contiguous() for k, v in columns.items()}, str(tmp), metadata=meta)
+    out = parts / f"{name}.safetensors"
+    os.replace(tmp, out)
+    return out
+
+
+def part_files(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "parts").glob("*.safetensors") if not p.name.endswith(".tokens.safetensors"))
+
+
+def part_ids(path: Path) -> list[str]:
+    with safe_open(str(path), framework="np") as f:
+        return json.loads(f.metadata()["ids"])
+
+
+def done_ids(root: Path) -> set[str]:
+    """Ids already stored by any shard (resume skips them)."""
+    out: set[str] = set()
+    for p in part_files(root):
+        out.update(part_ids(p))
+    return out
+
+
+def read_skipped(root: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for p in sorted(root.glob("skipped-*.json")):
+        out.update(json.loads(p.read_text()))
+    return out
+
+
+class FeatureSet:
+    """Stored features of a set of prompts, read lazily from part files.
+
+    `ids` (row order), `names` (columns), `get(name) -> [n, d] float32`, `stack(names)`, `subset(ids)`.
+    """
+
+    def __init__(self, root: Path, manifest: dict, parts: list[tuple[Path, list[str]]], ids: list[str]):
+        self.root = root
+        self.manifest = manifest
+        self._parts = parts
+        self._where = {pid: (k, r) for k, (_, pids) in enumerate(parts) for r, pid in enumerate(pids)}
+        self.ids = list(ids)
+        self.names: list[str] = list(manifest.get("columns", {}))
+        self.skipped: dict[str, str] = manifest.get("skipped", {})
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __repr__(self) -> str:
+        return f"FeatureSet({len(self.ids)} prompts, {len(self.names)} columns, {self.root})"
+
+    def get(self, name: str) -> np.ndarray:
+        if name not in self.names:
+            raise DataError(f"feature {name!r} not stored in {self.root}; stored: {', '.join(self.names[:8])}, ...")
+        d = int(self.manifest["columns"][name])
+        out = np.empty((len(self.ids), d), dtype=np.float32)
+        rows_by_part: dict[int, list[tuple[int, int]]] = {}
+        for i, pid in enumerate(self.ids):
+            k, r = self._where[pid]
+            rows_by_part.setdefault(k, []).append((i, r))
+        for k, pairs in rows_by_part.items():
+            with safe_open(str(self._parts[k][0]), framework="pt") as f:
+                col = f.get_tensor(name).float().numpy()
+            dst, src = zip(*pairs, strict=True)
+            out[list(dst)] = col[list(src)]
+        return out
+
+    def stack(self, names: Iterable[str]) -> np.ndarray:
+        """Several columns side by side: [n, Σd]."""
+        return np.concatenate([self.get(n) for n in names], axis=1)
+
+    def subset(self, ids: Iterable[str]) -> FeatureSet:
+        ids = list(ids)
+        missing = [i for i in ids if i not in self._where]
+        if missing:
+            raise DataError(f"{len(missing)} ids have no stored features (e.g. {missing[:3]}) in {self.root}")
+        return FeatureSet(self.root, self.manifest, self._parts, ids)
+
+    def token_states(self, layer: int, prompt_id: str) -> np.ndarray:
+        """Token-level hidden states [t, d] of one prompt for a layer in `features.token_layers`."""
+        k, r = self._where[prompt_id]
+        path = self._parts[k][0].with_name(self._parts[k][0].name.replace(".safetensors", ".tokens.safetensors"))
+        if not path.is_file():
+            raise DataError(f"no token-level states stored in {self.root}; set features.token_layers")
+        with safe_open(str(path), framework="pt") as f:
+            off = f.get_tensor("offsets")
+            name = f"hs.L{layer}"
+            if name not in f.keys():
+                raise DataError(f"layer {layer} not stored token-level; stored: {sorted(f.keys())}")
+            return f.get_slice(name)[int(off[r]) : int(off[r + 1])].float().numpy()
+
+
+def load_features(path: str | Path) -> FeatureSet:
+    """Open a feature folder; every expected id must be stored or listed as skipped."""
+    root = Path(path)
+    mf = root / MANIFEST
+    if not mf.is_file():
+        raise DataError(f"no feature manifest at {mf}; run scripts/extract.py")
+    manifest = json.loads(mf.read_text())
+    parts = [(p, part_ids(p)) for p in part_files(root)]
+    seen: set[str] = set()
+    for p, ids in parts:
+        dup = seen.intersection(ids)
+        if dup:
+            raise DataError(f"{root}: ids stored twice (e.g. {sorted(dup)[:3]}, again in {p.name})")
+        seen.update(ids)
+    skipped = read_skipped(root)
+    manifest["skipped"] = skipped
+    expected = [i for i in manifest["ids"] if i not in skipped]
+    missing = [i for i in expected if i not in seen]
+    if missing:
+        raise DataError(
+            f"{root}: features incomplete, {len(missing)} of {len(expected)} prompts missing "
+            f"(e.g. {missing[:3]}); run the missing shards of scripts/extract.py (it resumes)"
+        )
+    return FeatureSet(root, manifest, parts, expected)

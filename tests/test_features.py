@@ -1,0 +1,139 @@
+"""Stored pooled features equal a slow reference from output_hidden_states/output_attentions (eager)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lengthpred.features import FeatureSettings, extract_features, load_features
+from lengthpred.features.settings import _FUSED
+from lengthpred.prompting import encode_prompt
+
+PROMPTS = [
+    {"id": f"p{i:02d}", "messages": [{"role": "user", "content": text}]}
+    for i, text in enumerate([
+        "Hi",
+        "Write a haiku about autumn leaves falling on a quiet pond.",
+        "What is 17 * 23? Show your working step by step please.",
+        "Summarise the plot of Hamlet in two sentences.",
+        "List three prime numbers.",
+        "Explain recursion to a five year old child using a story about nesting dolls and mirrors.",
+    ])
+]
+ATTN_LAYERS = (1, 3)
+
+
+def settings(**kw) -> FeatureSettings:
+    base = dict(layers="all", pools=("last", "mean", "entropy", "attn"), fused=("mix0.3", "prod"),
+                attn_layers=ATTN_LAYERS, dtype="float32", batch_size=4, max_batch_tokens=4096)
+    base.update(kw)
+    return FeatureSettings(**base)
+
+
+def _z(x: np.ndarray) -> np.ndarray:
+    return (x - x.mean()) / (x.std() + 1e-6)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def reference(model_eager, tokenizer, prompt: dict, s: FeatureSettings) -> dict[str, np.ndarray]:
+    """Features of one prompt, unbatched, from the model's own outputs (float64 maths)."""
+    ids = encode_prompt(tokenizer, prompt["messages"])
+    with torch.no_grad():
+        out = model_eager(torch.tensor([ids]), output_hidden_states=True, output_attentions=True)
+    logits = out.logits[0].double()
+    logp = torch.log_softmax(logits, -1)
+    ent = (-(logp.exp() * logp).sum(-1)).numpy()  # [T]
+    att = sum(out.attentions[i][0].double().sum(dim=(0, 1)) for i in ATTN_LAYERS).numpy()  # received [T]
+    att = att / att.sum()
+    w = {"last": np.eye(len(ids))[-1], "mean": np.full(len(ids), 1 / len(ids)), "entropy": _softmax(ent),
+         "attn": att}
+    for f in s.fused:
+        a = _FUSED.match(f).group("alpha")
+        if a is not None:
+            w[f"fused_{f}"] = _softmax(float(a) * _z(ent) + (1 - float(a)) * _z(att))
+        else:
+            p = _softmax(ent) * att
+            w[f"fused_{f}"] = p / p.sum()
+    ref = {"n_prompt_tokens": np.array([len(ids)]), "entropy.mean": np.array([ent.mean()])}
+    for layer, h in enumerate(out.hidden_states):
+        for name, wt in w.items():
+            ref[f"hs.L{layer}.{name}"] = wt @ h[0].double().numpy()
+    return ref
+
+
+def _peaky(model):
+    # random weights give near-uniform next-token distributions (entropy ≈ log V everywhere), which
+    # would make z(H) amplify float noise: sharpen the logits so entropy varies across tokens
+    with torch.no_grad():
+        model.model.norm.weight.mul_(40.0)
+    return model
+
+
+@pytest.fixture(scope="module")
+def eager_model():
+    from lengthpred.models.tiny import build_tiny_llama
+
+    return _peaky(build_tiny_llama(seed=0, attn_implementation="eager"))
+
+
+@pytest.fixture(scope="module")
+def sdpa_model():
+    from lengthpred.models.tiny import build_tiny_llama
+
+    return _peaky(build_tiny_llama(seed=0, attn_implementation="sdpa"))
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_pooled_features_equal_slow_reference(sdpa_model, eager_model, tokenizer, tmp_path, side):
+    s = settings(padding_side=side)
+    root = extract_features(s, sdpa_model, tokenizer, PROMPTS, out_dir=tmp_path / side, model_name="tiny",
+                            progress=False)
+    fs = load_features(root)
+    assert fs.ids == sorted(p["id"] for p in PROMPTS)
+    assert len(fs.names) == 5 * 6 + 2  # 5 hidden_states indices × 6 pools + 2 scalars
+    by_id = {p["id"]: p for p in PROMPTS}
+    assert np.ptp(fs.get("entropy.mean")) > 0.1  # the entropy weights are not trivially uniform
+    got = {name: fs.get(name) for name in fs.names}
+    for r, pid in enumerate(fs.ids):
+        ref = reference(eager_model, tokenizer, by_id[pid], s)
+        assert set(ref) == set(fs.names)
+        for name, want in ref.items():
+            scale = 1.0 + np.abs(want).max()  # float32 maths vs float64: tolerance relative to the vector
+            np.testing.assert_allclose(got[name][r], want, rtol=1e-4, atol=2e-6 * scale, err_msg=f"{pid} {name}")
+
+
+def test_left_and_right_padding_agree_and_hooks_removed(sdpa_model, tokenizer, tmp_path):
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    before = dict(ALL_ATTENTION_FUNCTIONS._local_mapping)
+    a = load_features(extract_features(settings(padding_side="left"), sdpa_model, tokenizer, PROMPTS,
+                                       out_dir=tmp_path / "l", progress=False))
+    b = load_features(extract_features(settings(padding_side="right"), sdpa_model, tokenizer, PROMPTS,
+                                       out_dir=tmp_path / "r", progress=False))
+    for name in a.names:
+        np.testing.assert_allclose(a.get(name), b.get(name), rtol=1e-4, atol=1e-5, err_msg=name)
+    assert dict(ALL_ATTENTION_FUNCTIONS._local_mapping) == before
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in sdpa_model.modules())
+
+
+def test_float16_storage_and_token_states(tiny_model, tokenizer, tmp_path):
+    s = settings(dtype="float16", layers=(0, 2, -1), token_layers=(2,), fused=())
+    fs = load_features(extract_features(s, tiny_model, tokenizer, PROMPTS, out_dir=tmp_path, progress=False))
+    assert fs.get("hs.L4.last").dtype == np.float32 and fs.get("hs.L4.last").shape == (6, 64)
+    assert "hs.L1.last" not in fs.names and "hs.L0.mean" in fs.names
+    ids = encode_prompt(tokenizer, PROMPTS[3]["messages"])
+    tok = fs.token_states(2, "p03")
+    assert tok.shape == (len(ids), 64)
+    # mean of the stored token states is the stored mean pool (float16 rounding)
+    np.testing.assert_allclose(tok.mean(0), fs.subset(["p03"]).get("hs.L2.mean")[0], atol=2e-3)
+
+
+def test_no_attention_needed_skips_attention_capture(tiny_model, tokenizer, tmp_path):
+    s = settings(pools=("last", "entropy"), fused=(), attn_layers=(99,))  # unused, so not validated
+    fs = load_features(extract_features(s, tiny_model, tokenizer, PROMPTS, out_dir=tmp_path, progress=False))
+    assert sorted({n.split(".")[-1] for n in fs.names if n.startswith("hs.")}) == ["entropy", "last"]
