@@ -1,0 +1,145 @@
+"""Paper plots (matplotlib, Agg): predicted vs true, cross-domain heatmap, adaptation curves, latency CDFs.
+
+PNG files are written without a Software/date stamp so reruns on the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from lengthpred.eval.results import as_float  # noqa: E402
+from lengthpred.eval.tables import parse_split  # noqa: E402
+
+_PNG_META = {"Software": None}
+
+
+def _grid(n: int, size: float = 3.2) -> tuple[plt.Figure, np.ndarray]:
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    return fig, axes.ravel()
+
+
+def _save(fig: plt.Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata=_PNG_META)
+    plt.close(fig)
+    return path
+
+
+def scatter_pred_true(preds: pd.DataFrame, path: str | Path, split_kind: str = "indomain") -> Path | None:
+    """Predicted vs true length per head (log axes, y = x dashed), pooled over the chosen kind of split."""
+    d = preds[[parse_split(s)["kind"] == split_kind for s in preds["split"]]]
+    heads = sorted(d["head"].unique())
+    if not heads:
+        return None
+    fig, axes = _grid(len(heads))
+    lo = max(1.0, float(min(d["y_true"].min(), d["y_pred"].min())))
+    hi = max(lo * 10, float(max(d["y_true"].max(), d["y_pred"].max())))
+    for ax, h in zip(axes, heads, strict=False):
+        g = d[d["head"] == h]
+        for dom in sorted(g["domain"].unique()):
+            gd = g[g["domain"] == dom]
+            ax.scatter(
+                np.clip(gd["y_true"], lo, None), np.clip(gd["y_pred"], lo, None), s=8, alpha=0.6, label=dom
+            )
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlim=(lo, hi),
+            ylim=(lo, hi),
+            title=h,
+            xlabel="true length (tokens)",
+            ylabel="predicted (tokens)",
+        )
+    axes[0].legend(fontsize=6, loc="upper left")
+    return _save(fig, path)
+
+
+def heatmap_cross(
+    results: pd.DataFrame, path: str | Path, head: str, metric: str = "spearman", part: str = "test"
+) -> Path | None:
+    """Source × target matrix of one head's metric, in-domain on the diagonal; undefined cells blank."""
+    r = results[(results["head"] == head) & (results["metric"] == metric)]
+    cells: dict[tuple[str, str], float] = {}
+    for row in r.itertuples(index=False):
+        p = parse_split(row.split)
+        if p["part"] != part:
+            continue
+        if p["kind"] == "cross" and "source" in p:
+            cells[(p["source"], p["target"])] = as_float(row.value)
+        elif p["kind"] == "indomain":
+            cells[(p["name"], p["name"])] = as_float(row.value)
+    if not any(k[0] != k[1] for k in cells):
+        return None
+    targets = sorted({t for _, t in cells})
+    sources = sorted({s for s, _ in cells}, key=lambda x: (x == "mix", x))
+    m = np.array([[cells.get((s, t), np.nan) for t in targets] for s in sources])
+    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(targets), 1.0 + 0.6 * len(sources)))
+    im = ax.imshow(
+        m,
+        cmap="viridis",
+        vmin=-1 if metric in ("spearman", "kendall", "pearson") else None,
+        vmax=1 if metric in ("spearman", "kendall", "pearson") else None,
+    )
+    for i in range(len(sources)):
+        for j in range(len(targets)):
+            ax.text(
+                j,
+                i,
+                "n/a" if np.isnan(m[i, j]) else f"{m[i, j]:.2f}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="w",
+            )
+    ax.set_xticks(range(len(targets)), targets, rotation=45, ha="right")
+    ax.set_yticks(range(len(sources)), sources)
+    ax.set(xlabel="test on", ylabel="train on", title=f"{head}: {metric}")
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    return _save(fig, path)
+
+
+def adaptation_curves(curves: pd.DataFrame, path: str | Path, metric: str = "test_spearman") -> Path | None:
+    """One panel per source→target pair: metric vs completed updates, a line per head."""
+    if metric not in curves.columns:
+        return None
+    pairs = sorted(curves["pair"].unique())
+    fig, axes = _grid(len(pairs), 3.6)
+    for ax, pair in zip(axes, pairs, strict=False):
+        g = curves[curves["pair"] == pair]
+        for h in sorted(g["head"].unique()):
+            gh = g[g["head"] == h].sort_values("n_updates")
+            ax.plot(gh["n_updates"], gh[metric], label=h, lw=1.2)
+        ax.set(title=str(pair), xlabel="completed requests (updates)", ylabel=metric)
+    axes[0].legend(fontsize=6)
+    return _save(fig, path)
+
+
+def latency_cdfs(lat: pd.DataFrame, path: str | Path) -> Path | None:
+    """Empirical CDF of per-token latency, one panel per load, a line per policy/predictor."""
+    loads = sorted(lat["load"].unique())
+    if not loads:
+        return None
+    fig, axes = _grid(len(loads), 3.6)
+    for ax, load in zip(axes, loads, strict=False):
+        g = lat[lat["load"] == load]
+        for (pol, pred), gp in sorted(g.groupby(["policy", "predictor"]), key=lambda kv: kv[0]):
+            x = np.sort(gp["latency"].to_numpy(dtype=float))
+            ax.plot(x, np.arange(1, x.size + 1) / x.size, label=f"{pol}/{pred}", lw=1.1)
+        ax.set(xscale="log", title=f"load {load:g}", xlabel="per-token latency (s)", ylabel="CDF")
+    axes[0].legend(fontsize=6)
+    return _save(fig, path)

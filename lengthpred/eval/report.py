@@ -1,0 +1,221 @@
+"""The two eval steps as library calls: predictions → results.csv, and results (+ other stages) → tables/plots."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from lengthpred.errors import DataError
+from lengthpred.eval import plots
+from lengthpred.eval.inputs import read_costs, read_curves, read_latencies, read_sched
+from lengthpred.eval.predictions import find_predictions, read_predictions
+from lengthpred.eval.render import Table
+from lengthpred.eval.results import (
+    CEILING_HEAD,
+    RESULT_COLUMNS,
+    Provenance,
+    ceiling_rows,
+    check_consistent,
+    provenance_for,
+    read_results,
+    result_row,
+    score_predictions,
+    shift_rows,
+)
+from lengthpred.eval.tables import ONLINE_HEADS, build_tables
+from lengthpred.metrics import paired_bootstrap
+
+log = logging.getLogger(__name__)
+
+
+def read_reference_samples(path: str | Path) -> dict[str, list[float]]:
+    """Per-id sampled lengths from a reference trace JSONL (`id`, `length`; one line per sample)."""
+    out: dict[str, list[float]] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if "length" not in rec or ("id" not in rec and "ids" not in rec):
+                raise DataError(f"{path}:{n}: reference line lacks id/length")
+            out.setdefault(str(rec.get("id", rec.get("ids"))), []).append(float(rec["length"]))
+    return out
+
+
+def paired_rows(
+    df: pd.DataFrame, prov: Provenance, baseline: str, metrics: Sequence[str], *, n_boot: int, seed: int
+) -> pd.DataFrame:
+    """`<metric>_diff_vs_<baseline>` (with CI) and `…_p` rows for every head sharing a split with baseline."""
+    rows = []
+    for split, g in sorted(df.groupby("split"), key=lambda kv: kv[0]):
+        base = g[g["head"] == baseline].set_index("id").sort_index()
+        if base.empty:
+            continue
+        for head in sorted(set(g["head"]) - {baseline}):
+            other = g[g["head"] == head].set_index("id")
+            ids = base.index.intersection(other.index)
+            if len(ids) < 2:
+                continue
+            for m in metrics:
+                d = paired_bootstrap(
+                    base.loc[ids, "y_true"],
+                    other.loc[ids, "y_pred"],
+                    base.loc[ids, "y_pred"],
+                    m,
+                    n_boot=n_boot,
+                    seed=seed,
+                )
+                rows.append(
+                    result_row(prov, head, split, f"{m}_diff_vs_{baseline}", d.diff, d.ci_low, d.ci_high, d.n)
+                )
+                rows.append(
+                    result_row(prov, head, split, f"{m}_diff_vs_{baseline}_p", d.p_value, None, None, d.n)
+                )
+    return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+
+
+def latest_file_per_group(loaded: Sequence[tuple[Path, pd.DataFrame]]) -> dict[tuple[str, str], Path]:
+    """(head, split) → the last file (path order: run dirs are timestamps) holding it, so a rerun supersedes."""
+    latest: dict[tuple[str, str], Path] = {}
+    for f, df in loaded:
+        for key in df[["head", "split"]].drop_duplicates().itertuples(index=False, name=None):
+            latest[key] = f
+    return latest
+
+
+def evaluate_run(
+    root: str | Path,
+    fallback_cfg: DictConfig,
+    *,
+    metrics: Sequence[str] | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+    paired_baselines: Sequence[str] = ("static",),
+    paired_metrics: Sequence[str] = ("spearman",),
+    reference: str | Path | None = None,
+    splits_json: str | Path | None = None,
+) -> pd.DataFrame:
+    """Score every predictions file under a run/experiment dir into one tidy results frame."""
+    files = find_predictions(root)
+    if not files:
+        raise DataError(f"no predictions.parquet under {root}; run scripts/train.py (or adapt.py) first")
+    loaded = [(f, read_predictions(f)) for f in files]
+    latest = latest_file_per_group(loaded)
+    frames, split_ids, n_samples = [], {}, {}
+    prov = None
+    for f, df in tqdm(loaded, desc="evaluate", disable=len(loaded) < 2):
+        keep = [latest[(h, s)] == f for h, s in zip(df["head"], df["split"], strict=True)]
+        df = df[keep]
+        if df.empty:
+            log.warning("evaluate: %s superseded by newer runs of the same heads and splits; skipped", f)
+            continue
+        prov = provenance_for(f, Path(root), fallback_cfg)
+        scored = score_predictions(
+            df, prov, metrics, n_boot=n_boot, seed=seed, confidence=confidence, params=params
+        )
+        scored["source"] = str(f)
+        frames.append(scored)
+        for b in paired_baselines:
+            pr = paired_rows(df, prov, b, paired_metrics, n_boot=n_boot, seed=seed)
+            pr["source"] = str(f)
+            frames.append(pr)
+        for split, g in df.groupby("split"):
+            split_ids.setdefault(split, set()).update(g["id"])
+            n_samples[split] = float(g["n_samples"].median())
+    assert prov is not None
+    if reference is not None and Path(reference).is_file():
+        samples = read_reference_samples(reference)
+        c = ceiling_rows(samples, split_ids, prov, k=n_samples, seed=seed)
+        c["source"] = str(reference)
+        frames.append(c)
+    if splits_json is not None and Path(splits_json).is_file():
+        s = shift_rows(json.loads(Path(splits_json).read_text()), prov)
+        s["source"] = str(splits_json)
+        frames.append(s)
+    out = pd.concat([f for f in frames if len(f)], ignore_index=True)
+    check_consistent(out, what="results file")
+    return out
+
+
+def newest(root: str | Path, pattern: str | None) -> Path | None:
+    """The last match of a glob under root in path order (run dirs are timestamps), or None."""
+    if not pattern or not Path(root).is_dir():
+        return None
+    hits = sorted(Path(root).glob(pattern))
+    return hits[-1] if hits else None
+
+
+@dataclass
+class TableOutputs:
+    tables: dict[str, Table]
+    files: dict[str, dict[str, Path]] = field(default_factory=dict)
+    plots: dict[str, Path] = field(default_factory=dict)
+
+
+def make_tables(
+    results_files: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    sched: str | Path | None = None,
+    latencies: str | Path | None = None,
+    curves: Sequence[str | Path] = (),
+    costs: str | Path | None = None,
+    predictions_root: str | Path | None = None,
+    options: Mapping[str, Any] | None = None,
+    plot: bool = True,
+) -> TableOutputs:
+    """Tables under `out_dir` (T*.md/.tex/.csv) and plots under `out_dir/plots`; inputs that are absent are skipped."""
+    results = read_results(results_files)
+    check_consistent(results)
+    out_dir = Path(out_dir)
+
+    def maybe(p: str | Path | None, reader: Any) -> pd.DataFrame | None:
+        return reader(p) if p is not None and Path(p).is_file() else None
+
+    sched_df = maybe(sched, read_sched)
+    tables = build_tables(results, sched=sched_df, costs=maybe(costs, read_costs), options=options)
+    out = TableOutputs(tables, {k: t.write(out_dir) for k, t in tables.items()})
+    if not plot:
+        return out
+    pdir = out_dir / "plots"
+    o = dict(options or {})
+    heads = sorted(
+        h
+        for h in results["head"].unique()
+        if not h.startswith("_") and h != CEILING_HEAD and not re.match(ONLINE_HEADS, h)
+    )
+    for h in heads:
+        p = plots.heatmap_cross(results, pdir / f"cross_heatmap_{h}.png", h, o.get("t2_metric", "spearman"))
+        if p is not None:
+            out.plots[f"cross_heatmap_{h}"] = p
+    curve_files = [c for c in curves if Path(c).is_file()]
+    if curve_files:
+        p = plots.adaptation_curves(
+            read_curves(curve_files), pdir / "adaptation_curves.png", o.get("curve_metric", "test_spearman")
+        )
+        if p is not None:
+            out.plots["adaptation_curves"] = p
+    lat = maybe(latencies, read_latencies)
+    if lat is not None:
+        p = plots.latency_cdfs(lat, pdir / "latency_cdf.png")
+        if p is not None:
+            out.plots["latency_cdf"] = p
+    if predictions_root is not None and Path(predictions_root).exists():
+        files = find_predictions(predictions_root)
+        if files:
+            preds = pd.concat([read_predictions(f) for f in files], ignore_index=True)
+            p = plots.scatter_pred_true(preds, pdir / "pred_vs_true.png")
+            if p is not None:
+                out.plots["pred_vs_true"] = p
+    return out

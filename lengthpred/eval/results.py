@@ -1,0 +1,271 @@
+"""Tidy results: one row per (head, split, metric) with a bootstrap CI, plus provenance.
+
+`results.csv` columns: experiment, model, data, head, split, metric, value, ci_low, ci_high, n,
+config_hash. A value is a number, `undefined` (the metric does not exist on these data, e.g. the
+Spearman of a constant predictor) or empty (no CI computed for that row, e.g. a parameter count).
+Special rows: head `noise_ceiling` (metrics `ceiling_*` per split) and head `_split` (metric `shift`:
+the split's distribution shift from splits.json, read by T3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from lengthpred.errors import DataError
+from lengthpred.metrics import UNDEFINED, MetricValue, evaluate, is_undefined, noise_ceiling
+
+RESULT_COLUMNS = (
+    "experiment",
+    "model",
+    "data",
+    "head",
+    "split",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+    "config_hash",
+)
+CEILING_HEAD = "noise_ceiling"
+SPLIT_HEAD = "_split"
+# config groups that decide what the targets are; heads and features may differ within one table
+HASHED_GROUPS = ("model", "data", "generate")
+_PATHLIKE = ("dir", "root", "path", "file")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a predictions file came from: rows of one table must share model and config_hash."""
+
+    experiment: str
+    model: str
+    data: str
+    config_hash: str
+
+
+def _strip_paths(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {k: _strip_paths(v) for k, v in sorted(node.items()) if not any(p in k for p in _PATHLIKE)}
+    if isinstance(node, list):
+        return [_strip_paths(v) for v in node]
+    return node
+
+
+def config_hash(cfg: DictConfig | Mapping[str, Any]) -> str:
+    """12 hex chars over the model/data/generate groups, path-like keys excluded (machine-independent)."""
+    if isinstance(cfg, DictConfig):
+        part = {g: OmegaConf.to_container(cfg[g], resolve=False) for g in HASHED_GROUPS if g in cfg}
+    else:
+        part = {g: cfg[g] for g in HASHED_GROUPS if g in cfg}
+    blob = json.dumps(_strip_paths(part), sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def provenance_from_cfg(cfg: DictConfig) -> Provenance:
+    model = cfg.get("model") or {}
+    data = cfg.get("data") or {}
+    return Provenance(
+        experiment=str(cfg.get("experiment_name", "default")),
+        model=str(model.get("name", "unknown")),
+        data=str(data.get("name", "unknown")),
+        config_hash=config_hash(cfg),
+    )
+
+
+def provenance_for(pred_file: Path, root: Path, fallback: DictConfig) -> Provenance:
+    """The config of the run that wrote `pred_file` (nearest `.hydra/config.yaml` up to `root`), else `fallback`."""
+    root = root.resolve()
+    d = pred_file.resolve().parent
+    while True:
+        c = d / ".hydra" / "config.yaml"
+        if c.is_file():
+            return provenance_from_cfg(OmegaConf.load(c))
+        if d == root or d.parent == d or root not in d.parents:
+            return provenance_from_cfg(fallback)
+        d = d.parent
+
+
+def result_row(
+    prov: Provenance, head: str, split: str, metric: str, value: Any, lo: Any, hi: Any, n: int
+) -> dict:
+    return {
+        "experiment": prov.experiment,
+        "model": prov.model,
+        "data": prov.data,
+        "head": head,
+        "split": split,
+        "metric": metric,
+        "value": value,
+        "ci_low": lo,
+        "ci_high": hi,
+        "n": int(n),
+        "config_hash": prov.config_hash,
+    }
+
+
+def score_predictions(
+    df: pd.DataFrame,
+    prov: Provenance,
+    metrics: Sequence[str] | None = None,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+) -> pd.DataFrame:
+    """Score every (head, split) group of a predictions frame; rows sorted, ids sorted within a group so
+    the same seed resamples the same prompts for every head (a paired comparison)."""
+    rows = []
+    for (head, split), g in sorted(df.groupby(["head", "split"], sort=True), key=lambda kv: kv[0]):
+        g = g.sort_values("id", kind="stable")
+        ests = evaluate(
+            g["y_true"], g["y_pred"], metrics, n_boot=n_boot, seed=seed, confidence=confidence, params=params
+        )
+        for name, e in ests.items():
+            rows.append(result_row(prov, head, split, name, e.value, e.ci_low, e.ci_high, e.n))
+        rows.append(
+            result_row(prov, head, split, "capped_frac", float(g["capped_frac"].mean()), None, None, len(g))
+        )
+        rows.append(
+            result_row(prov, head, split, "n_samples", float(g["n_samples"].mean()), None, None, len(g))
+        )
+        if "n_parameters" in g.columns:
+            rows.append(
+                result_row(
+                    prov, head, split, "n_parameters", float(g["n_parameters"].iloc[0]), None, None, len(g)
+                )
+            )
+    return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+
+
+def ceiling_rows(
+    samples: Mapping[str, Sequence[float]],
+    split_ids: Mapping[str, Iterable[str]],
+    prov: Provenance,
+    *,
+    k: Mapping[str, float] | None = None,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Noise-ceiling rows (head `noise_ceiling`) for each split from per-id sampled lengths."""
+    rows = []
+    for split in sorted(split_ids):
+        ids = sorted(set(split_ids[split]))
+        lists = [samples[i] for i in ids if i in samples]
+        nc = noise_ceiling(lists, k=(k or {}).get(split), seed=seed)
+        for name, v in nc.as_dict().items():
+            rows.append(result_row(prov, CEILING_HEAD, split, name, v, None, None, nc.n_prompts))
+    return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+
+
+def shift_rows(splits: Mapping[str, Any], prov: Provenance, key: str = "length_wasserstein") -> pd.DataFrame:
+    """`shift` rows (head `_split`) for every cross-domain pair of a parsed splits.json."""
+    rows = []
+    for pair in splits.get("cross", []) or []:
+        value = (pair.get("shift") or {}).get(key)
+        if value is None:
+            continue
+        for part in ("test", "val"):
+            rows.append(
+                result_row(
+                    prov,
+                    SPLIT_HEAD,
+                    f"cross/{pair['name']}/{part}",
+                    "shift",
+                    float(value),
+                    None,
+                    None,
+                    len(pair.get(part, [])),
+                )
+            )
+    return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if is_undefined(v):
+        return "undefined"
+    return format(float(v), ".10g")
+
+
+def write_results(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write results sorted by key, numbers with 10 significant digits: same inputs → same bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = df.loc[:, list(RESULT_COLUMNS)].copy()
+    for c in ("value", "ci_low", "ci_high"):
+        out[c] = [_fmt(v) for v in out[c]]
+    out = out.sort_values(["experiment", "head", "split", "metric"], kind="stable")
+    tmp = path.with_suffix(".csv.tmp")
+    out.to_csv(tmp, index=False, lineterminator="\n")
+    tmp.replace(path)
+    return path
+
+
+def _parse(v: Any) -> MetricValue | None:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
+        return None
+    if isinstance(v, str) and v.strip().lower() == "undefined":
+        return UNDEFINED
+    return float(v)
+
+
+def read_results(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
+    """Read one or more results files; value/ci columns hold floats, UNDEFINED or None; `source` names the file."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if not paths:
+        raise DataError("no results files given; run scripts/evaluate.py first")
+    frames = []
+    for p in paths:
+        p = Path(p)
+        if not p.is_file():
+            raise DataError(f"no results file at {p}; run scripts/evaluate.py first")
+        f = pd.read_csv(p, dtype=str, keep_default_na=False)
+        missing = [c for c in RESULT_COLUMNS if c not in f.columns]
+        if missing:
+            raise DataError(f"{p}: results file lacks column(s) {', '.join(missing)}")
+        for c in ("value", "ci_low", "ci_high"):
+            f[c] = pd.Series([_parse(v) for v in f[c]], dtype=object)
+        f["n"] = f["n"].astype(int)
+        f["source"] = str(p)
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True)
+
+
+def check_consistent(
+    df: pd.DataFrame, keys: Sequence[str] = ("model", "config_hash"), what: str = "table"
+) -> None:
+    """Refuse results from different models/configs, or the same (head, split, metric) twice, in one table."""
+    src = df["source"] if "source" in df.columns else pd.Series(["(in memory)"] * len(df), index=df.index)
+    for key in keys:
+        values = sorted(df[key].unique())
+        if len(values) > 1:
+            where = "; ".join(f"{key}={v!r} from {', '.join(sorted(set(src[df[key] == v])))}" for v in values)
+            raise DataError(
+                f"results mixed into one {what} disagree on {key}: {where}. Tables compare predictors of one "
+                f"model and config; evaluate the other run into its own experiment"
+            )
+    dup = df.duplicated(["experiment", "head", "split", "metric"], keep=False)
+    if dup.any():
+        first = df.loc[dup].iloc[0]
+        files = sorted(set(src[dup & (df["head"] == first["head"]) & (df["split"] == first["split"])]))
+        raise DataError(
+            f"results for head={first['head']!r} split={first['split']!r} metric={first['metric']!r} appear more "
+            f"than once (from {', '.join(files)}); pass each run's results once"
+        )
+
+
+def as_float(v: Any) -> float:
+    """A results value as a float for plotting (UNDEFINED/None → NaN, only ever drawn as a gap)."""
+    return float(v) if v is not None and not is_undefined(v) else float(np.nan)
