@@ -20,7 +20,9 @@ def _ids(domain: str, n: int) -> list[str]:
     return [f"{domain[:2]}{i:014x}" for i in range(n)]
 
 
-def write_experiment(root: Path, *, n: int = 40, k: int = 4, seed: int = 0, model: str = "smollm2-135m") -> Path:
+def write_experiment(
+    root: Path, *, n: int = 40, k: int = 4, seed: int = 0, model: str = "smollm2-135m"
+) -> Path:
     """An experiment dir: runs/r1 with .hydra/config.yaml + predictions.parquet, reference jsonl, splits.json."""
     rng = np.random.default_rng(seed)
     run = root / "runs" / "r1"
@@ -35,8 +37,19 @@ def write_experiment(root: Path, *, n: int = 40, k: int = 4, seed: int = 0, mode
 
     def add(head: str, split: str, dom: str, pred: np.ndarray) -> None:
         for i, pid in enumerate(_ids(dom, n)):
-            rows.append({"head": head, "split": split, "id": pid, "domain": dom, "y_true": float(target[dom][i]),
-                         "y_pred": float(pred[i]), "n_samples": k, "capped_frac": 0.0, "n_parameters": 577})
+            rows.append(
+                {
+                    "head": head,
+                    "split": split,
+                    "id": pid,
+                    "domain": dom,
+                    "y_true": float(target[dom][i]),
+                    "y_pred": float(pred[i]),
+                    "n_samples": k,
+                    "capped_frac": 0.0,
+                    "n_parameters": 577,
+                }
+            )
 
     for d in DOMAINS:
         for h, s in HEAD_NOISE.items():
@@ -56,11 +69,29 @@ def write_experiment(root: Path, *, n: int = 40, k: int = 4, seed: int = 0, mode
         for d in DOMAINS:
             for i, pid in enumerate(_ids(d, n)):
                 for j in range(k):
-                    f.write(json.dumps({"id": pid, "sample": j, "length": float(samples[d][i, j]),
-                                        "finish_reason": "eos"}) + "\n")
-    cross = [{"name": f"{s}->{t}", "source": s, "target": t, "test": _ids(t, n),
-              "shift": {"length_wasserstein": round(abs(0.3 * (DOMAINS.index(s) - DOMAINS.index(t))) + 0.01 * j, 4)}}
-             for j, (s, t) in enumerate((s, t) for s in DOMAINS for t in DOMAINS if s != t)]
+                    f.write(
+                        json.dumps(
+                            {
+                                "id": pid,
+                                "sample": j,
+                                "length": float(samples[d][i, j]),
+                                "finish_reason": "eos",
+                            }
+                        )
+                        + "\n"
+                    )
+    cross = [
+        {
+            "name": f"{s}->{t}",
+            "source": s,
+            "target": t,
+            "test": _ids(t, n),
+            "shift": {
+                "length_wasserstein": round(abs(0.3 * (DOMAINS.index(s) - DOMAINS.index(t))) + 0.01 * j, 4)
+            },
+        }
+        for j, (s, t) in enumerate((s, t) for s in DOMAINS for t in DOMAINS if s != t)
+    ]
     (root / "splits.json").write_text(json.dumps({"cross": cross}))
     return root
 
@@ -71,15 +102,38 @@ def write_sched(path: Path) -> Path:
         for pol, pred, lat in (("fcfs", "-", 1.0), ("sjf", "linear", 0.8), ("sjf", "oracle", 0.6)):
             pol_name = "oracle-sjf" if pred == "oracle" else pol
             for m, v in (("per_token_latency_mean", lat * load), ("throughput", 100.0 / lat)):
-                rows.append({"policy": pol_name, "predictor": pred, "load": load, "metric": m, "value": v,
-                             "ci_low": v * 0.95, "ci_high": v * 1.05})
+                rows.append(
+                    {
+                        "policy": pol_name,
+                        "predictor": pred,
+                        "load": load,
+                        "metric": m,
+                        "value": v,
+                        "ci_low": v * 0.95,
+                        "ci_high": v * 1.05,
+                    }
+                )
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
 
 
 def write_costs(path: Path) -> Path:
-    path.write_text(json.dumps([
-        {"head": "linear", "n_parameters": 577, "extraction_overhead_pct": 8.0, "predict_latency_ms": 0.004},
-        {"head": "rls@0.999", "n_parameters": 577, "predict_latency_ms": 0.004, "update_latency_ms": 0.3},
-    ]))
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "head": "linear",
+                    "n_parameters": 577,
+                    "extraction_overhead_pct": 8.0,
+                    "predict_latency_ms": 0.004,
+                },
+                {
+                    "head": "rls@0.999",
+                    "n_parameters": 577,
+                    "predict_latency_ms": 0.004,
+                    "update_latency_ms": 0.3,
+                },
+            ]
+        )
+    )
     return path

@@ -1,0 +1,122 @@
+"""predictions.parquet → results.csv: scoring, undefined values, ceiling/shift/paired rows, refusals."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from lengthpred.errors import DataError
+from lengthpred.eval import read_results, write_results
+from lengthpred.eval.report import evaluate_run, make_tables
+from lengthpred.metrics import UNDEFINED
+from tests.eval_fixtures import write_experiment
+
+NO_CFG = OmegaConf.create({})
+
+
+def _evaluate(root: Path, n_boot: int = 100) -> pd.DataFrame:
+    return evaluate_run(
+        root, NO_CFG, n_boot=n_boot, reference=root / "reference.jsonl", splits_json=root / "splits.json"
+    )
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory) -> Path:
+    return write_experiment(tmp_path_factory.mktemp("exp"), n=30)
+
+
+@pytest.fixture(scope="module")
+def results(experiment) -> pd.DataFrame:
+    return _evaluate(experiment)
+
+
+def _get(df: pd.DataFrame, head: str, split: str, metric: str) -> pd.Series:
+    rows = df[(df["head"] == head) & (df["split"] == split) & (df["metric"] == metric)]
+    assert len(rows) == 1, (head, split, metric)
+    return rows.iloc[0]
+
+
+def test_results_rows_and_provenance(results):
+    r = _get(results, "linear", "indomain/math/test", "spearman")
+    assert r.ci_low <= r.value <= r.ci_high and r.n == 30
+    assert (r.experiment, r.model, r.data) == ("synth", "smollm2-135m", "synth") and len(r.config_hash) == 12
+    assert _get(results, "constant", "indomain/math/test", "spearman").value is UNDEFINED
+    assert _get(results, "linear", "indomain/math/test", "n_parameters").value == 577
+    ceil = _get(results, "noise_ceiling", "indomain/math/test", "ceiling_mean_k")
+    assert 0.5 < ceil.value <= 1.0
+    assert _get(results, "_split", "cross/chat->math/test", "shift").value == pytest.approx(0.61)
+    gain = _get(results, "rls@0.999", "cross/chat->code/test", "spearman_diff_vs_static")
+    assert gain.value > 0 and gain.ci_low <= gain.value <= gain.ci_high
+
+
+def test_results_file_round_trips_undefined(results, tmp_path):
+    path = write_results(results, tmp_path / "results.csv")
+    text = path.read_text()
+    assert "undefined" in text and "nan" not in text.lower()
+    back = read_results(path)
+    assert _get(back, "constant", "indomain/chat/test", "kendall").ci_high is UNDEFINED
+    assert _get(back, "linear", "indomain/chat/test", "mae").value == pytest.approx(
+        _get(results, "linear", "indomain/chat/test", "mae").value, rel=1e-9
+    )
+
+
+def test_results_from_another_model_are_refused(results, tmp_path):
+    a = write_results(results, tmp_path / "a" / "results.csv")
+    other = results.copy()
+    other["model"] = "llama-3.1-8b"
+    b = write_results(other, tmp_path / "b" / "results.csv")
+    with pytest.raises(DataError, match=r"disagree on model: model='llama-3.1-8b' from .*b/results.csv"):
+        make_tables([a, b], tmp_path / "tables", plot=False)
+    other = results.copy()
+    other["config_hash"] = "0123456789ab"
+    c = write_results(other, tmp_path / "c" / "results.csv")
+    with pytest.raises(DataError, match="disagree on config_hash"):
+        make_tables([a, c], tmp_path / "tables", plot=False)
+    with pytest.raises(DataError, match="appear more than once"):
+        make_tables([a, a], tmp_path / "tables", plot=False)
+
+
+def test_evaluate_refuses_runs_of_two_models(experiment, tmp_path):
+    root = tmp_path / "exp"
+    shutil.copytree(experiment, root)
+    run2 = root / "runs" / "r2"
+    shutil.copytree(root / "runs" / "r1", run2)
+    df = pd.read_parquet(run2 / "predictions.parquet")
+    df["head"] = df["head"] + "_v2"
+    df.to_parquet(run2 / "predictions.parquet")
+    cfg = run2 / ".hydra" / "config.yaml"
+    cfg.write_text(cfg.read_text().replace("smollm2-135m", "qwen2.5-7b"))
+    with pytest.raises(DataError, match="qwen2.5-7b"):
+        _evaluate(root, n_boot=0)
+
+
+def test_rerun_supersedes_older_predictions(experiment, tmp_path):
+    root = tmp_path / "exp"
+    shutil.copytree(experiment, root)
+    run2 = root / "runs" / "r2"  # a later run of the same heads and splits
+    shutil.copytree(root / "runs" / "r1", run2)
+    df = pd.read_parquet(run2 / "predictions.parquet")
+    df["y_pred"] = df["y_true"]  # perfect
+    df.to_parquet(run2 / "predictions.parquet")
+    res = _evaluate(root, n_boot=0)
+    assert _get(res, "linear", "indomain/chat/test", "mae").value == 0.0
+
+
+def test_bad_predictions_file_is_named(tmp_path):
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    pd.DataFrame({"head": ["a"], "split": ["indomain/x/test"], "id": ["1"]}).to_parquet(
+        run / "predictions.parquet"
+    )
+    with pytest.raises(DataError, match="lacks column.*y_true"):
+        evaluate_run(tmp_path, NO_CFG, n_boot=0)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match="no predictions.parquet"):
+        evaluate_run(empty, NO_CFG)
+    with pytest.raises(DataError, match="no such run or experiment directory"):
+        evaluate_run(tmp_path / "missing", NO_CFG)

@@ -1,0 +1,135 @@
+"""Tables from results files only: content, determinism (byte-identical), plots, and the Hydra scripts."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from lengthpred.eval import write_results
+from lengthpred.eval.report import evaluate_run, make_tables
+from lengthpred.paths import REPO_ROOT
+from tests.conftest import compose_cfg
+from tests.eval_fixtures import write_costs, write_experiment, write_sched
+
+
+def _pipeline(root: Path, n_boot: int = 100) -> tuple[Path, dict]:
+    write_experiment(root, n=25)
+    res = evaluate_run(
+        root,
+        OmegaConf.create({}),
+        n_boot=n_boot,
+        seed=3,
+        reference=root / "reference.jsonl",
+        splits_json=root / "splits.json",
+    )
+    results = write_results(res, root / "results.csv")
+    out = make_tables(
+        [results],
+        root / "tables",
+        sched=write_sched(root / "sched.csv"),
+        costs=write_costs(root / "costs.json"),
+        plot=False,
+    )
+    return results, out.tables
+
+
+def test_same_inputs_and_seed_give_byte_identical_tables(tmp_path):
+    r1, t1 = _pipeline(tmp_path / "a")
+    r2, t2 = _pipeline(tmp_path / "b")
+    assert r1.read_bytes() == r2.read_bytes()
+    assert sorted(t1) == ["T1", "T2", "T3", "T4", "T5", "T6"]
+    for key in t1:
+        for ext in ("md", "tex", "csv"):
+            a = (tmp_path / "a" / "tables" / f"{key}.{ext}").read_bytes()
+            assert a == (tmp_path / "b" / "tables" / f"{key}.{ext}").read_bytes(), (key, ext)
+
+
+def test_table_contents(tmp_path):
+    _, tables = _pipeline(tmp_path, n_boot=50)
+    t1 = tables["T1"].to_markdown()
+    assert "Spearman ↑" in t1 and "MAE (tokens) ↓" in t1 and "Noise ceiling ↑" in t1
+    const = [ln for ln in t1.splitlines() if "| constant |" in ln]
+    assert len(const) == 3 and all("| undefined |" in ln for ln in const)
+    assert "static" not in t1  # online heads go to T3, not T1
+    t3 = tables["T3"]
+    shifts = [row[1].value for row in t3.rows]
+    assert shifts == sorted(shifts) and len(shifts) == 6
+    assert all(row[4] == "rls@0.999" for row in t3.rows)
+    t5 = {(r[1], r[2], r[0].value): r for r in tables["T5"].rows}
+    assert t5[("sjf", "linear", 0.5)][-2].value == pytest.approx(20.0)  # latency 0.8 vs FCFS 1.0
+    assert t5[("sjf", "linear", 0.5)][-1].value == pytest.approx(50.0)  # half the oracle's 40% gain
+    csv = tables["T1"].to_csv().splitlines()
+    assert csv[0].startswith("Domain,Head,Spearman,Spearman_ci_low,Spearman_ci_high")
+    assert any(",undefined,undefined,undefined," in ln for ln in csv)
+    tex = tables["T2"].to_latex()
+    assert r"\toprule" in tex and r"$\uparrow$" in tex and "->" not in tex
+
+
+def test_plots_are_written(tmp_path):
+    root = write_experiment(tmp_path, n=20)
+    res = evaluate_run(root, OmegaConf.create({}), n_boot=0, splits_json=root / "splits.json")
+    results = write_results(res, root / "results.csv")
+    curves = pd.DataFrame(
+        [
+            {"pair": p, "head": h, "n_updates": u, "test_spearman": np.tanh(u / 50) * s}
+            for p in ("chat->math", "code->chat")
+            for h, s in (("static", 0.1), ("rls@1", 0.7))
+            for u in range(0, 60, 10)
+        ]
+    )
+    curves.to_csv(root / "curves.csv", index=False)
+    rng = np.random.default_rng(0)
+    lat = pd.DataFrame(
+        [
+            {"policy": p, "predictor": "x", "load": ld, "latency": v}
+            for p in ("fcfs", "sjf")
+            for ld in (0.5, 0.9)
+            for v in rng.exponential(0.05, 50)
+        ]
+    )
+    lat.to_parquet(root / "lat.parquet")
+    out = make_tables(
+        [results],
+        root / "tables",
+        curves=[root / "curves.csv"],
+        latencies=root / "lat.parquet",
+        predictions_root=root / "runs",
+    )
+    assert set(out.plots) == {"cross_heatmap_linear", "adaptation_curves", "latency_cdf", "pred_vs_true"}
+    for p in out.plots.values():
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_scripts_evaluate_then_make_tables(tmp_path, capsys):
+    root = write_experiment(tmp_path / "exp", n=20)
+    (root / "sched").mkdir()
+    write_sched(root / "sched" / "sched_results.csv")
+    write_costs(root / "costs.json")
+    cfg = compose_cfg(
+        [
+            f"eval.experiment_dir={root}",
+            f"eval.reference={root}/reference.jsonl",
+            f"eval.splits_json={root}/splits.json",
+            "eval.n_boot=50",
+            "eval.plots=false",
+        ],
+        tmp_path,
+    )
+    _script("evaluate").main(cfg)
+    assert (root / "results.csv").is_file()
+    _script("make_tables").main(cfg)
+    out = capsys.readouterr().out
+    assert "**T1. In-domain" in out and "**T3. Online adaptation" in out and "**T5." not in out
+    assert sorted(p.name for p in (root / "tables").glob("*.md")) == [f"T{i}.md" for i in range(1, 7)]
