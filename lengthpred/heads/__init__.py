@@ -1,0 +1,51 @@
+"""Length-predictor heads behind one sklearn-style protocol, and the train/select/test loop.
+
+Every head is an sklearn estimator: `fit(X, y) -> self` (fresh state), `predict(X)` → lengths in
+tokens, learned attributes ending in `_`, `n_parameters`, `save(dir)` / `HEADS`-aware `load_head(dir)`
+(safetensors + json, never pickle); the torch MLP heads also have `partial_fit`.
+
+Input convention. Each head class names the one field of a `HeadInput` it reads (`input_kind`), and
+its X is that field as plain data:
+
+| heads | input_kind | X |
+|---|---|---|
+| linear, egtp, estp, probe | `features` | [n, d] float array: one feature column, e.g. `hs.L20.last` |
+| proxy_reg, proxy_cls, proxy_rank | `texts` | list of n prompt strings |
+| prompt_len, constant | `n_prompt_tokens` | [n, 1] float array (constant only counts rows) |
+| domain_median | `domains` | [n, 1] object array of domain labels |
+
+`HeadInput.x_for(head.input_kind)` builds that X; `run_training` does it for every split. y is the
+per-prompt target in tokens, where a capped generation counts as the cap (a lower bound).
+"""
+
+from lengthpred.heads import baselines, binned, linear, proxy  # noqa: F401  (registers the heads)
+from lengthpred.heads.base import HEADS, BaseHead, HeadInput, HeadInputError, LabeledSet, load_head
+from lengthpred.heads.baselines import ConstantHead, DomainMedianHead
+from lengthpred.heads.binned import EGTPHead, ESTPHead, ProbeHead
+from lengthpred.heads.linear import LinearHead, PromptLenHead
+from lengthpred.heads.proxy import ProxyClsHead, ProxyRankHead, ProxyRegHead
+from lengthpred.heads.training import build_head, head_params, predictions_frame, run_training, score
+
+__all__ = [
+    "HEADS",
+    "BaseHead",
+    "ConstantHead",
+    "DomainMedianHead",
+    "EGTPHead",
+    "ESTPHead",
+    "HeadInput",
+    "HeadInputError",
+    "LabeledSet",
+    "LinearHead",
+    "ProbeHead",
+    "PromptLenHead",
+    "ProxyClsHead",
+    "ProxyRankHead",
+    "ProxyRegHead",
+    "build_head",
+    "head_params",
+    "load_head",
+    "predictions_frame",
+    "run_training",
+    "score",
+]

@@ -1,0 +1,166 @@
+"""The head protocol: typed inputs, the registry, and the save/load/validation every head shares."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted, column_or_1d
+
+from lengthpred.errors import DataError, ModelError
+from lengthpred.registry import Registry
+
+HEADS: Registry[type[BaseHead]] = Registry("head")
+
+InputKind = Literal["features", "texts", "domains", "n_prompt_tokens"]
+STATE_FILE = "head.safetensors"
+META_FILE = "head.json"
+
+
+class HeadInputError(DataError, ValueError):
+    """Bad X/y given to a head: a LengthpredError for scripts, a ValueError for sklearn's checks."""
+
+
+@dataclass
+class HeadInput:
+    """Everything any head may read about a set of prompts; each head takes the one field it needs.
+
+    `features`: [n, d] float (one feature column such as `hs.L20.last`), `texts`: prompt strings
+    (proxy heads), `domains`: domain labels (domain_median), `n_prompt_tokens`: [n] (prompt_len).
+    """
+
+    ids: list[str]
+    features: np.ndarray | None = None
+    texts: list[str] | None = None
+    domains: list[str] | None = None
+    n_prompt_tokens: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def x_for(self, kind: InputKind) -> Any:
+        """The X a head of this input kind is fitted on; a missing field is a DataError naming it."""
+        value = getattr(self, kind)
+        if value is None:
+            raise DataError(f"this head needs `{kind}` but the input has none (was it extracted/loaded?)")
+        if kind == "n_prompt_tokens":
+            return np.asarray(value, dtype=np.float64).reshape(-1, 1)
+        if kind == "domains":
+            return np.asarray(value, dtype=object).reshape(-1, 1)
+        return value
+
+
+@dataclass
+class LabeledSet:
+    """A HeadInput with its targets: `y` (tokens; capped samples count as the cap), per-prompt
+    `n_samples` and `capped_frac` (fraction of samples that hit the cap), carried to predictions."""
+
+    inputs: HeadInput
+    y: np.ndarray
+    n_samples: np.ndarray | None = None
+    capped_frac: np.ndarray | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+
+class BaseHead(RegressorMixin, BaseEstimator):
+    """sklearn estimator protocol + safetensors/json persistence.
+
+    Subclasses set `input_kind`, implement `fit`/`predict`, `_state()` → (arrays, meta json) and
+    `_set_state(arrays, meta)` that restores a fitted head without pickle.
+    """
+
+    input_kind: ClassVar[InputKind] = "features"
+    name: ClassVar[str] = ""
+
+    # -- persistence -------------------------------------------------------------------------------
+    def _state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        raise NotImplementedError
+
+    def _set_state(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path) -> None:
+        raise NotImplementedError
+
+    def save(self, path: str | Path) -> Path:
+        """Write `head.safetensors` (learned arrays) and `head.json` (name, params, meta) into `path`."""
+        check_is_fitted(self)
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        arrays, meta = self._state()
+        arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+        save_file(arrays, str(path / STATE_FILE))
+        doc = {"head": self.name, "params": _jsonable(self.get_params()), "meta": _jsonable(meta)}
+        (path / META_FILE).write_text(json.dumps(doc, indent=2) + "\n")
+        self._save_files(path)
+        return path
+
+    def _save_files(self, path: Path) -> None:
+        """Extra non-array files a head needs to rebuild itself (e.g. a tokenizer); none by default."""
+
+    @classmethod
+    def load(cls, path: str | Path) -> BaseHead:
+        """Rebuild a saved head (any registered head when called as `BaseHead.load`)."""
+        path = Path(path)
+        if not (path / META_FILE).is_file() or not (path / STATE_FILE).is_file():
+            raise ModelError(f"no saved head in {path} (need {META_FILE} and {STATE_FILE})")
+        doc = json.loads((path / META_FILE).read_text())
+        klass = HEADS.get(doc["head"])
+        if cls is not BaseHead and not issubclass(klass, cls):
+            raise ModelError(f"{path} holds a {doc['head']!r} head, not a {cls.__name__}")
+        defaults = klass().get_params()
+        params = {  # json has no tuples: give tuple-valued keywords their type back
+            k: tuple(v) if isinstance(defaults.get(k), tuple) and isinstance(v, list) else v
+            for k, v in doc["params"].items()
+        }
+        head = klass(**params)
+        head._set_state(load_file(str(path / STATE_FILE)), doc["meta"], path)
+        return head
+
+    # -- size --------------------------------------------------------------------------------------
+    @property
+    def n_parameters(self) -> int:
+        """Learned scalars the head uses at prediction time (what "predictor parameters" counts)."""
+        check_is_fitted(self)
+        arrays, _ = self._state()
+        return int(sum(np.asarray(v).size for v in arrays.values()))
+
+
+def load_head(path: str | Path) -> BaseHead:
+    return BaseHead.load(path)
+
+
+def check_targets(y: Any, n: int) -> np.ndarray:
+    """y as a finite 1-D float array of length n (a HeadInputError otherwise; a column warns, as in sklearn)."""
+    if y is None:
+        raise HeadInputError("this head requires y to be passed, but the target y is None")
+    y = column_or_1d(np.asarray(y, dtype=np.float64), warn=True)
+    if len(y) != n:
+        raise HeadInputError(f"X has {n} rows but y has {len(y)}")
+    if not np.all(np.isfinite(y)):
+        raise HeadInputError("y contains NaN or inf")
+    return y
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def as_list(x: Sequence[Any] | np.ndarray) -> list[Any]:
+    return x.tolist() if isinstance(x, np.ndarray) else list(x)

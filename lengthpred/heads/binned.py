@@ -1,0 +1,269 @@
+"""Binned MLP heads on pooled prefill features: EGTP/ESTP (soft-label 20-bin head) and TRAIL's probe.
+
+Lengths are cut into `n_bins` equal-width bins over [0, max_length] (max_length=None: the training
+maximum). The MLP outputs bin logits; the prediction is Σ p̂_j c_j over bin centres c_j
+(`decode="expected"`) or the centre of the most likely bin (`decode="argmax"`).
+
+Loss: ce_weight · CE(soft labels) + mse_weight · MSE(Σ p̂_j c_j / max_length, y / max_length). Soft labels
+are p_j ∝ exp(−|j − bin(y)|) (ForeLen); `soft_labels=False` gives one-hot labels (TRAIL). The MSE term
+is on lengths divided by max_length so that its weight means the same at any length scale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+from torch import nn
+
+from lengthpred.heads.base import HEADS, BaseHead, check_targets
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run a block with `n` intra-op threads and restore the caller's setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def build_mlp(d: int, hidden: int, k: int, *, layer_norm: bool, dropout: float) -> nn.Sequential:
+    layers: list[nn.Module] = [nn.Linear(d, hidden)]
+    if layer_norm:
+        layers.append(nn.LayerNorm(hidden))
+    layers.append(nn.ReLU())
+    if dropout > 0:
+        layers.append(nn.Dropout(dropout))
+    layers.append(nn.Linear(hidden, k))
+    return nn.Sequential(*layers)
+
+
+class BinnedMLPHead(BaseHead):
+    """Shared machinery of the binned heads; the defaults are EGTP's, subclasses change them."""
+
+    input_kind = "features"
+    _parameter_constraints: dict = {
+        "hidden": [Interval(Integral, 1, None, closed="left"), None],
+        "n_bins": [Interval(Integral, 2, None, closed="left")],
+        "layer_norm": ["boolean"],
+        "dropout": [Interval(Real, 0, 1, closed="left")],
+        "soft_labels": ["boolean"],
+        "ce_weight": [Interval(Real, 0, None, closed="left")],
+        "mse_weight": [Interval(Real, 0, None, closed="left")],
+        "lr": [Interval(Real, 0, None, closed="neither")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "epochs": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "max_length": [Interval(Real, 0, None, closed="neither"), None],
+        "decode": [StrOptions({"expected", "argmax"})],
+        "random_state": [Interval(Integral, 0, None, closed="left")],
+        "n_threads": [Interval(Integral, 1, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        *,
+        hidden: int | None = None,
+        n_bins: int = 20,
+        layer_norm: bool = True,
+        dropout: float = 0.1,
+        soft_labels: bool = True,
+        ce_weight: float = 0.95,
+        mse_weight: float = 0.05,
+        lr: float = 2e-5,
+        weight_decay: float = 0.01,
+        epochs: int = 10,
+        batch_size: int = 16,
+        max_length: float | None = None,
+        decode: str = "expected",
+        random_state: int = 0,
+        n_threads: int = 2,
+    ) -> None:
+        self.hidden = hidden
+        self.n_bins = n_bins
+        self.layer_norm = layer_norm
+        self.dropout = dropout
+        self.soft_labels = soft_labels
+        self.ce_weight = ce_weight
+        self.mse_weight = mse_weight
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.decode = decode
+        self.random_state = random_state
+        self.n_threads = n_threads
+
+    # -- fitting -----------------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any) -> BinnedMLPHead:
+        """Fresh model, `epochs` passes over (X, y)."""
+        self._validate_params()
+        X = validate_data(self, X, dtype=np.float32)
+        y = check_targets(y, len(X))
+        self._init_state(X, y)
+        with torch_threads(self.n_threads):
+            for _ in range(self.epochs):
+                self._epoch(X, y)
+        return self
+
+    def partial_fit(self, X: Any, y: Any) -> BinnedMLPHead:
+        """One pass over (X, y), continuing the current model (initialised from this batch if unfitted)."""
+        first = not hasattr(self, "module_")
+        if first:
+            self._validate_params()
+        X = validate_data(self, X, dtype=np.float32, reset=first)
+        y = check_targets(y, len(X))
+        if first:
+            self._init_state(X, y)
+        with torch_threads(self.n_threads):
+            self._epoch(X, y)
+        return self
+
+    def _init_state(self, X: np.ndarray, y: np.ndarray) -> None:
+        lo = min(0.0, float(y.min()))
+        hi = float(self.max_length) if self.max_length is not None else float(y.max())
+        if hi <= lo:
+            hi = lo + 1.0
+        self.bin_edges_ = np.linspace(lo, hi, self.n_bins + 1)
+        self.bin_centres_ = (self.bin_edges_[:-1] + self.bin_edges_[1:]) / 2
+        self.x_mean_ = X.mean(axis=0).astype(np.float32)
+        std = X.std(axis=0).astype(np.float32)
+        self.x_scale_ = np.where(std > 1e-6, std, 1.0).astype(np.float32)
+        torch.manual_seed(self.random_state)
+        self.module_ = self._build(X.shape[1])
+        self.optimizer_ = torch.optim.AdamW(
+            self.module_.parameters(), lr=self.lr, weight_decay=self.weight_decay
+        )
+        self.n_epochs_ = 0
+
+    def _build(self, d: int) -> nn.Sequential:
+        hidden = self.hidden if self.hidden is not None else max(d // 2, 1)
+        return build_mlp(d, hidden, self.n_bins, layer_norm=self.layer_norm, dropout=self.dropout)
+
+    def _labels(self, y: np.ndarray) -> torch.Tensor:
+        width = self.bin_edges_[1] - self.bin_edges_[0]
+        idx = np.clip(((y - self.bin_edges_[0]) // width).astype(np.int64), 0, self.n_bins - 1)
+        if not self.soft_labels:
+            return torch.nn.functional.one_hot(torch.from_numpy(idx), self.n_bins).float()
+        dist = np.abs(np.arange(self.n_bins)[None, :] - idx[:, None])  # [n, K]
+        q = np.exp(-dist)
+        return torch.from_numpy(q / q.sum(axis=1, keepdims=True)).float()
+
+    def _epoch(self, X: np.ndarray, y: np.ndarray) -> None:
+        Xt = torch.from_numpy((X - self.x_mean_) / self.x_scale_)  # [n, d]
+        q = self._labels(y)  # [n, K]
+        scale = float(self.bin_edges_[-1] - self.bin_edges_[0])
+        yt = torch.from_numpy(((y - self.bin_edges_[0]) / scale).astype(np.float32))
+        centres = torch.from_numpy(((self.bin_centres_ - self.bin_edges_[0]) / scale).astype(np.float32))
+        gen = torch.Generator().manual_seed(self.random_state + self.n_epochs_)
+        order = torch.randperm(len(Xt), generator=gen)
+        self.module_.train()
+        for start in range(0, len(order), self.batch_size):
+            b = order[start : start + self.batch_size]
+            logp = torch.log_softmax(self.module_(Xt[b]), dim=1)  # [b, K]
+            loss = self.ce_weight * -(q[b] * logp).sum(dim=1).mean()
+            if self.mse_weight > 0:
+                loss = loss + self.mse_weight * ((logp.exp() @ centres - yt[b]) ** 2).mean()
+            self.optimizer_.zero_grad()
+            loss.backward()
+            self.optimizer_.step()
+        self.n_epochs_ += 1
+
+    # -- prediction --------------------------------------------------------------------------------
+    def predict_bins(self, X: Any) -> np.ndarray:
+        """[n, n_bins] bin probabilities."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float32, reset=False)
+        self.module_.eval()
+        with torch_threads(self.n_threads), torch.no_grad():
+            logits = self.module_(torch.from_numpy((X - self.x_mean_) / self.x_scale_))
+        return torch.softmax(logits, dim=1).double().numpy()
+
+    def predict(self, X: Any) -> np.ndarray:
+        p = self.predict_bins(X)
+        if self.decode == "argmax":
+            return self.bin_centres_[p.argmax(axis=1)].astype(np.float64)
+        return p @ self.bin_centres_
+
+    # -- persistence -------------------------------------------------------------------------------
+    def _state(self):
+        arrays = {f"mlp.{k}": v.detach().numpy() for k, v in self.module_.state_dict().items()}
+        arrays |= {"x_mean": self.x_mean_, "x_scale": self.x_scale_, "bin_edges": self.bin_edges_}
+        return arrays, {"n_features_in": self.n_features_in_, "n_epochs": self.n_epochs_}
+
+    def _set_state(self, arrays, meta, path):
+        self.n_features_in_ = int(meta["n_features_in"])
+        self.n_epochs_ = int(meta["n_epochs"])
+        self.x_mean_, self.x_scale_ = arrays["x_mean"], arrays["x_scale"]
+        self.bin_edges_ = arrays["bin_edges"]
+        self.bin_centres_ = (self.bin_edges_[:-1] + self.bin_edges_[1:]) / 2
+        self.module_ = self._build(self.n_features_in_)
+        state = {
+            k.removeprefix("mlp."): torch.from_numpy(v) for k, v in arrays.items() if k.startswith("mlp.")
+        }
+        self.module_.load_state_dict(state)
+        self.optimizer_ = torch.optim.AdamW(
+            self.module_.parameters(), lr=self.lr, weight_decay=self.weight_decay
+        )
+
+    @property
+    def n_parameters(self) -> int:
+        check_is_fitted(self)
+        return int(sum(p.numel() for p in self.module_.parameters()))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        return tags
+
+
+@HEADS.register("egtp")
+class EGTPHead(BinnedMLPHead):
+    """ForeLen's EGTP head on entropy-pooled features: d → d/2, LayerNorm, ReLU, dropout 0.1 → 20 bins."""
+
+    name = "egtp"
+
+
+@HEADS.register("estp")
+class ESTPHead(EGTPHead):
+    """ESTP: the EGTP head on entropy+attention fused pooling (the pooling is chosen by the feature)."""
+
+    name = "estp"
+
+
+@HEADS.register("probe")
+class ProbeHead(BinnedMLPHead):
+    """TRAIL's probe: Linear(d, 512) – ReLU – Linear(512, 10 equal-width bins), cross-entropy."""
+
+    name = "probe"
+
+    def __init__(
+        self,
+        *,
+        hidden: int | None = 512,
+        n_bins: int = 10,
+        layer_norm: bool = False,
+        dropout: float = 0.0,
+        soft_labels: bool = False,
+        ce_weight: float = 1.0,
+        mse_weight: float = 0.0,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        epochs: int = 30,
+        batch_size: int = 16,
+        max_length: float | None = None,
+        decode: str = "expected",
+        random_state: int = 0,
+        n_threads: int = 2,
+    ) -> None:
+        super().__init__(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})

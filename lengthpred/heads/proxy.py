@@ -1,0 +1,297 @@
+"""Proxy-model heads: a small encoder (the embedded all-MiniLM-L6-v2) fine-tuned on the prompt text.
+
+`proxy_reg` (SSJF): regression of standardised log1p(length). `proxy_cls` (S3): classification into
+`n_buckets` equal-frequency length buckets, prediction Σ p̂_j · (median length of bucket j).
+`proxy_rank` (LTR): ListMLE ranking loss on groups of `group_size` prompts; its scores are mapped to
+tokens by a monotone map fitted on the training set (score quantile → length quantile), so the ranking
+is the model's and the scale is the training set's.
+
+Encoder: plain `AutoModel` + `AutoTokenizer`, mean pooling over real tokens, then a linear layer.
+X is a list of prompt strings.
+"""
+
+from __future__ import annotations
+
+import time
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted
+from torch import nn
+from tqdm.auto import tqdm
+
+from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, check_targets
+from lengthpred.heads.binned import torch_threads
+
+ENCODER_DIR = "encoder"
+
+
+def _texts(X: Any) -> list[str]:
+    if isinstance(X, str) or not all(isinstance(t, str) for t in X):
+        raise HeadInputError("proxy heads take X as a list of prompt strings")
+    return list(X)
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[b, t, h], [b, t] → [b, h]: average over real (unmasked) tokens."""
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+
+
+def listmle_loss(scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """ListMLE (Xia et al. 2008) on one group: −log P(true order | scores), longest first."""
+    s = scores[torch.argsort(y, descending=True)]
+    # log Σ_{k≥i} exp(s_k) for every i, by a reversed cumulative logsumexp
+    tail = torch.logcumsumexp(s.flip(0), dim=0).flip(0)
+    return (tail - s).sum()
+
+
+class ProxyHead(BaseHead):
+    """Shared fine-tuning loop; subclasses set `objective` ("reg" | "cls" | "rank")."""
+
+    input_kind = "texts"
+    objective = "reg"
+    _parameter_constraints: dict = {
+        "encoder": [str, None],
+        "max_seq_len": [Interval(Integral, 8, None, closed="left")],
+        "epochs": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "lr": [Interval(Real, 0, None, closed="neither")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "n_buckets": [Interval(Integral, 2, None, closed="left")],
+        "group_size": [Interval(Integral, 2, None, closed="left")],
+        "random_state": [Interval(Integral, 0, None, closed="left")],
+        "n_threads": [Interval(Integral, 1, None, closed="left")],
+        "progress": ["boolean"],
+    }
+
+    def __init__(
+        self,
+        *,
+        encoder: str | None = None,
+        max_seq_len: int = 256,
+        epochs: int = 3,
+        batch_size: int = 16,
+        lr: float = 5e-5,
+        weight_decay: float = 0.01,
+        n_buckets: int = 10,
+        group_size: int = 10,
+        random_state: int = 0,
+        n_threads: int = 2,
+        progress: bool = True,
+    ) -> None:
+        self.encoder = encoder
+        self.max_seq_len = max_seq_len
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.n_buckets = n_buckets
+        self.group_size = group_size
+        self.random_state = random_state
+        self.n_threads = n_threads
+        self.progress = progress
+
+    # -- model ---------------------------------------------------------------------------------------
+    def _encoder_dir(self) -> Path:
+        if self.encoder is not None:
+            return Path(self.encoder)
+        from lengthpred.models.specs import embedded_proxy_dir
+
+        return embedded_proxy_dir()
+
+    def _n_out(self) -> int:
+        return self.n_buckets if self.objective == "cls" else 1
+
+    def _build(self, encoder_dir: Path, *, pretrained: bool) -> None:
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+        self.tokenizer_ = AutoTokenizer.from_pretrained(str(encoder_dir))
+        if pretrained:
+            self.encoder_ = AutoModel.from_pretrained(str(encoder_dir))
+        else:
+            self.encoder_ = AutoModel.from_config(AutoConfig.from_pretrained(str(encoder_dir)))
+        self.out_ = nn.Linear(self.encoder_.config.hidden_size, self._n_out())
+
+    def _forward(self, texts: list[str]) -> torch.Tensor:
+        enc = self.tokenizer_(
+            texts, truncation=True, max_length=self.max_seq_len, padding=True, return_tensors="pt"
+        )
+        hidden = self.encoder_(
+            input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]
+        ).last_hidden_state
+        return self.out_(mean_pool(hidden, enc["attention_mask"]))  # [b, n_out]
+
+    # -- fitting -------------------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any) -> ProxyHead:
+        self._validate_params()
+        texts = _texts(X)
+        y = check_targets(y, len(texts))
+        if np.any(y < 0):
+            raise HeadInputError("proxy heads need lengths >= 0")
+        torch.manual_seed(self.random_state)
+        self._build(self._encoder_dir(), pretrained=True)
+        self._fit_targets(y)
+        params = list(self.encoder_.parameters()) + list(self.out_.parameters())
+        opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        rng = np.random.default_rng(self.random_state)
+        batch = self.group_size if self.objective == "rank" else self.batch_size
+        t0 = time.perf_counter()
+        with torch_threads(self.n_threads):
+            self.encoder_.train()
+            for epoch in range(self.epochs):
+                batches = self._batches(texts, rng, batch)
+                for b in tqdm(
+                    batches, desc=f"{self.name} epoch {epoch + 1}/{self.epochs}", disable=not self.progress
+                ):
+                    out = self._forward([texts[i] for i in b])
+                    loss = self._loss(out, y[b])
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            self.encoder_.eval()
+            self._calibrate(self._raw_predict(texts), y)
+        self.fit_seconds_ = time.perf_counter() - t0
+        self.n_features_in_ = 1
+        return self
+
+    def _batches(self, texts: list[str], rng: np.random.Generator, size: int) -> list[np.ndarray]:
+        """Shuffled batches; within chunks of 8 batches, similar lengths go together (less padding)."""
+        order = rng.permutation(len(texts))
+        if self.objective != "rank":
+            chunk = 8 * size
+            order = np.concatenate(
+                [
+                    sorted(order[i : i + chunk], key=lambda j: len(texts[j]))
+                    for i in range(0, len(order), chunk)
+                ]
+            ).astype(np.int64)
+        out = [order[i : i + size] for i in range(0, len(order), size)]
+        return [b for b in out if len(b) >= (2 if self.objective == "rank" else 1)]
+
+    def _fit_targets(self, y: np.ndarray) -> None:
+        ly = np.log1p(y)
+        self.target_mean_, self.target_std_ = float(ly.mean()), float(max(ly.std(), 1e-6))
+        qs = np.quantile(y, np.linspace(0, 1, self.n_buckets + 1))
+        self.bucket_edges_ = qs
+        idx = self._bucket(y)
+        self.bucket_values_ = np.array(
+            [
+                np.median(y[idx == j]) if np.any(idx == j) else (qs[j] + qs[j + 1]) / 2
+                for j in range(self.n_buckets)
+            ]
+        )
+
+    def _bucket(self, y: np.ndarray) -> np.ndarray:
+        return np.clip(np.searchsorted(self.bucket_edges_[1:-1], y, side="right"), 0, self.n_buckets - 1)
+
+    def _loss(self, out: torch.Tensor, y: np.ndarray) -> torch.Tensor:
+        if self.objective == "reg":
+            t = torch.from_numpy(((np.log1p(y) - self.target_mean_) / self.target_std_).astype(np.float32))
+            return ((out[:, 0] - t) ** 2).mean()
+        if self.objective == "cls":
+            return nn.functional.cross_entropy(out, torch.from_numpy(self._bucket(y)))
+        return listmle_loss(out[:, 0], torch.from_numpy(y))
+
+    def _raw_predict(self, texts: list[str]) -> np.ndarray:
+        """Per prompt: tokens (reg, cls) or a ranking score (rank)."""
+        outs = []
+        with torch.no_grad():
+            for i in range(0, len(texts), self.batch_size):
+                outs.append(self._forward(texts[i : i + self.batch_size]).double())
+        out = torch.cat(outs) if outs else torch.zeros((0, self._n_out()), dtype=torch.float64)
+        if self.objective == "reg":
+            return np.expm1(out[:, 0].numpy() * self.target_std_ + self.target_mean_)
+        if self.objective == "cls":
+            return torch.softmax(out, dim=1).numpy() @ self.bucket_values_
+        return out[:, 0].numpy()
+
+    def _calibrate(self, raw: np.ndarray, y: np.ndarray) -> None:
+        """Monotone score → tokens map (used by `rank`; identity data kept for the others)."""
+        self.calib_scores_ = np.sort(raw)
+        self.calib_tokens_ = np.sort(y)
+
+    def predict(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        texts = _texts(X)
+        with torch_threads(self.n_threads):
+            raw = self._raw_predict(texts)
+        if self.objective == "rank":
+            return np.interp(raw, self.calib_scores_, self.calib_tokens_)
+        return raw
+
+    # -- persistence ---------------------------------------------------------------------------------
+    def _state(self):
+        arrays = {f"encoder.{k}": v.detach().numpy() for k, v in self.encoder_.state_dict().items()}
+        arrays |= {f"out.{k}": v.detach().numpy() for k, v in self.out_.state_dict().items()}
+        arrays |= {
+            "bucket_edges": self.bucket_edges_,
+            "bucket_values": self.bucket_values_,
+            "calib_scores": self.calib_scores_,
+            "calib_tokens": self.calib_tokens_,
+            "target_stats": np.array([self.target_mean_, self.target_std_]),
+        }
+        return arrays, {"fit_seconds": self.fit_seconds_}
+
+    def _save_files(self, path: Path) -> None:
+        self.encoder_.config.save_pretrained(str(path / ENCODER_DIR))
+        self.tokenizer_.save_pretrained(str(path / ENCODER_DIR))
+
+    def _set_state(self, arrays, meta, path):
+        self._build(path / ENCODER_DIR, pretrained=False)
+        enc = {
+            k.removeprefix("encoder."): torch.from_numpy(v)
+            for k, v in arrays.items()
+            if k.startswith("encoder.")
+        }
+        out = {k.removeprefix("out."): torch.from_numpy(v) for k, v in arrays.items() if k.startswith("out.")}
+        self.encoder_.load_state_dict(enc)
+        self.out_.load_state_dict(out)
+        self.encoder_.eval()
+        self.bucket_edges_, self.bucket_values_ = arrays["bucket_edges"], arrays["bucket_values"]
+        self.calib_scores_, self.calib_tokens_ = arrays["calib_scores"], arrays["calib_tokens"]
+        self.target_mean_, self.target_std_ = (float(v) for v in arrays["target_stats"])
+        self.fit_seconds_ = float(meta["fit_seconds"])
+        self.n_features_in_ = 1
+
+    @property
+    def n_parameters(self) -> int:
+        check_is_fitted(self)
+        return int(
+            sum(p.numel() for p in self.encoder_.parameters())
+            + sum(p.numel() for p in self.out_.parameters())
+        )
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
+
+
+@HEADS.register("proxy_reg")
+class ProxyRegHead(ProxyHead):
+    """SSJF-style: regression of log1p(length) from the prompt text."""
+
+    name = "proxy_reg"
+    objective = "reg"
+
+
+@HEADS.register("proxy_cls")
+class ProxyClsHead(ProxyHead):
+    """S3-style: length-bucket classification from the prompt text."""
+
+    name = "proxy_cls"
+    objective = "cls"
+
+
+@HEADS.register("proxy_rank")
+class ProxyRankHead(ProxyHead):
+    """LTR-style: ListMLE ranking on groups of prompts."""
+
+    name = "proxy_rank"
+    objective = "rank"

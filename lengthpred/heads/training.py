@@ -1,0 +1,191 @@
+"""Fit a head on train, select hyperparameters on val, score on test: the library behind scripts/train.py.
+
+Hyperparameter selection: the head config's `select:` maps constructor keywords to candidate lists;
+every combination is fitted on train and the one with the best validation Spearman is kept (the first
+on ties; no refit on train+val, so val stays a clean selection set). Without a usable val split
+(absent or < 2 distinct lengths) the configured params are used as they are.
+
+Censoring (one rule for every head): a capped generation counts as the cap, a lower bound; prompts
+with any capped sample are counted in `n_capped_*` of the metrics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lengthpred.errors import ConfigError, DataError
+from lengthpred.heads.base import HEADS, BaseHead, LabeledSet
+
+PREDICTION_COLUMNS = ["head", "split", "id", "domain", "y_true", "y_pred", "n_samples", "capped_frac"]
+
+
+def head_params(head_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Constructor keywords from a head config: its `params:` block without `_target_`."""
+    params = dict(head_cfg.get("params") or {})
+    params.pop("_target_", None)
+    return params
+
+
+def build_head(name: str, **params: Any) -> BaseHead:
+    """A fresh head by registry name; a keyword the head does not take is a ConfigError listing valid ones."""
+    klass = HEADS.get(name)
+    valid = set(klass().get_params())
+    unknown = sorted(set(params) - valid)
+    if unknown:
+        raise ConfigError(f"head {name!r} takes no {unknown}; valid keys: {sorted(valid)}")
+    return klass(**params)
+
+
+def validate_set(split: str, data: LabeledSet, head_cls: type[BaseHead], *, need_ranking: bool) -> None:
+    """Every check that must pass before any training starts (DataError naming the split)."""
+    n = len(data)
+    y = np.asarray(data.y, dtype=np.float64)
+    if y.shape != (n,):
+        raise DataError(f"{split}: {n} prompts but {y.size} targets (shape {y.shape})")
+    if n == 0:
+        raise DataError(f"{split}: no prompts")
+    if not np.all(np.isfinite(y)) or np.any(y < 0):
+        raise DataError(f"{split}: targets must be finite lengths >= 0")
+    x = data.inputs.x_for(head_cls.input_kind)
+    if len(x) != n:
+        raise DataError(f"{split}: {len(x)} {head_cls.input_kind} rows but {n} targets")
+    if head_cls.input_kind == "features":
+        x = np.asarray(x)
+        if x.ndim != 2:
+            raise DataError(f"{split}: features must be [n, d], got shape {x.shape}")
+        bad = ~np.isfinite(x).all(axis=1)
+        if bad.any():
+            ids = [data.inputs.ids[i] for i in np.flatnonzero(bad)[:3]]
+            raise DataError(f"{split}: {int(bad.sum())} prompts have NaN/inf features (e.g. {ids})")
+    if need_ranking and len(np.unique(y)) < 2:
+        raise DataError(f"{split}: fewer than 2 distinct lengths, so rank metrics are undefined")
+
+
+def score(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float | None]:
+    """spearman, kendall, mae (None where undefined, e.g. a constant prediction's correlations)."""
+    from lengthpred.metrics import METRICS, is_undefined
+
+    out: dict[str, float | None] = {}
+    for name in ("spearman", "kendall", "mae"):
+        v = METRICS.get(name)(y_true, y_pred)
+        out[name] = None if is_undefined(v) else float(v)
+    return out
+
+
+def _candidates(select: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    if not select:
+        return [{}]
+    keys = list(select)
+    values = [list(select[k]) if isinstance(select[k], (list, tuple)) else [select[k]] for k in keys]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def predictions_frame(head: str, split: str, data: LabeledSet, y_pred: np.ndarray) -> pd.DataFrame:
+    """Rows of predictions.parquet (docs/DESIGN.md "Predictions file")."""
+    n = len(data)
+    domains = data.inputs.domains if data.inputs.domains is not None else [""] * n
+    return pd.DataFrame(
+        {
+            "head": head,
+            "split": split,
+            "id": list(data.inputs.ids),
+            "domain": list(domains),
+            "y_true": np.asarray(data.y, dtype=np.float64),
+            "y_pred": np.asarray(y_pred, dtype=np.float64),
+            "n_samples": np.asarray(
+                data.n_samples if data.n_samples is not None else np.ones(n), dtype=np.int64
+            ),
+            "capped_frac": np.asarray(
+                data.capped_frac if data.capped_frac is not None else np.zeros(n), dtype=np.float64
+            ),
+        },
+        columns=PREDICTION_COLUMNS,
+    )
+
+
+def _n_capped(data: LabeledSet | None) -> int:
+    if data is None or data.capped_frac is None:
+        return 0
+    return int(np.sum(np.asarray(data.capped_frac) > 0))
+
+
+def run_training(
+    head_name: str,
+    head_cfg: Mapping[str, Any],
+    train: LabeledSet,
+    val: LabeledSet | None,
+    test: LabeledSet,
+    *,
+    split: str = "test",
+    label: str | None = None,
+) -> tuple[BaseHead, dict[str, Any], pd.DataFrame]:
+    """Fit `head_name` on train (selecting `head_cfg.select` on val), predict test.
+
+    Returns (fitted head, metrics dict, predictions DataFrame with one row per test prompt, split name
+    `split`, head name `label or head_name`). All data checks run before the first fit.
+    """
+    klass = HEADS.get(head_name)
+    params = head_params(head_cfg)
+    candidates = _candidates(head_cfg.get("select"))
+    for cand in candidates:
+        build_head(head_name, **(params | cand))  # bad keys fail before any work
+    validate_set("train", train, klass, need_ranking=False)
+    validate_set("test", test, klass, need_ranking=True)
+    use_val = val is not None and len(val) > 0 and len(candidates) > 1
+    if use_val:
+        validate_set("val", val, klass, need_ranking=False)
+        use_val = len(np.unique(val.y)) >= 2
+    if klass.input_kind == "features":
+        d = {
+            s: np.asarray(v.inputs.features).shape[1]
+            for s, v in (("train", train), ("test", test), ("val", val))
+            if v
+        }
+        if len(set(d.values())) > 1:
+            raise DataError(f"feature widths differ between splits: {d}")
+
+    x_train = train.inputs.x_for(klass.input_kind)
+    best: tuple[float, BaseHead, dict[str, Any]] | None = None
+    t0 = time.perf_counter()
+    for cand in candidates if use_val else candidates[:1]:
+        head = build_head(head_name, **(params | cand)).fit(x_train, train.y)
+        if not use_val:
+            best = (math.nan, head, cand)
+            break
+        rho = score(val.y, head.predict(val.inputs.x_for(klass.input_kind)))["spearman"]
+        rho = -math.inf if rho is None else rho
+        if best is None or rho > best[0]:
+            best = (rho, head, cand)
+    fit_seconds = time.perf_counter() - t0
+    assert best is not None
+    val_rho, head, chosen = best
+
+    y_pred = head.predict(test.inputs.x_for(klass.input_kind))
+    metrics: dict[str, Any] = {
+        **score(test.y, y_pred),
+        "head": label or head_name,
+        "layer": head_cfg.get("layer"),
+        "pooling": head_cfg.get("pooling"),
+        "feature": head_cfg.get("feature"),
+        "n_train": len(train),
+        "n_val": len(val) if val is not None else 0,
+        "n_test": len(test),
+        "n_parameters": head.n_parameters,
+        "n_capped": _n_capped(train) + _n_capped(val) + _n_capped(test),
+        "n_capped_train": _n_capped(train),
+        "n_capped_test": _n_capped(test),
+        "censoring": "capped samples count as the cap (lower bound)",
+        "params": head.get_params(),
+        "selected": chosen,
+        "val_spearman": val_rho if math.isfinite(val_rho) else None,
+        "n_candidates": len(candidates) if use_val else 1,
+        "fit_seconds": round(fit_seconds, 3),
+    }
+    return head, metrics, predictions_frame(label or head_name, split, test, y_pred)

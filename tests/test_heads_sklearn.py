@@ -1,0 +1,48 @@
+"""sklearn's own estimator checks on the numpy heads (the proxy heads take text, not arrays)."""
+
+from __future__ import annotations
+
+import pytest
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from lengthpred.heads import ConstantHead, DomainMedianHead, EGTPHead, LinearHead, ProbeHead, PromptLenHead
+
+_LOG1P_NEEDS_LENGTHS = (
+    "target='log1p' rejects the negative y of sklearn's synthetic regression data by design"
+)
+_LOG1P_CHECKS = [
+    "check_n_features_in_after_fitting",
+    "check_regressors_train",
+    "check_regressor_data_not_an_array",
+    "check_regressors_no_decision_function",
+    "check_fit_idempotent",
+    "check_fit_check_is_fitted",
+    "check_n_features_in",
+]
+# Small, fast versions of the torch heads (the checks fit dozens of times).
+_FAST = dict(epochs=20, lr=1e-2, hidden=8, batch_size=32, n_threads=1)
+
+ESTIMATORS = [
+    ConstantHead(),
+    LinearHead(target="raw"),
+    LinearHead(alpha=1.0),
+    PromptLenHead(target="raw"),
+    PromptLenHead(),
+    DomainMedianHead(),
+    EGTPHead(**_FAST),
+    ProbeHead(**_FAST),
+]
+
+
+def _expected_failed(est) -> dict[str, str]:
+    if isinstance(est, LinearHead) and est.target == "log1p":
+        return dict.fromkeys(_LOG1P_CHECKS, _LOG1P_NEEDS_LENGTHS)
+    if isinstance(est, DomainMedianHead):
+        return {"check_estimators_nan_inf": "inputs are group labels; NaN is a label like any other"}
+    return {}
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed)
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
