@@ -44,6 +44,7 @@ def config_hash(data_cfg: DictConfig) -> str:
     """Hash of the data config minus where the files live (same data on another machine, same hash)."""
     c = OmegaConf.to_container(data_cfg, resolve=True)
     c.pop("root", None)
+    c.pop("fetch", None)
     return hashlib.sha1(json.dumps(c, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -1,0 +1,109 @@
+"""data=trace: JSONL/CSV/Parquet, text or chat prompts, int or list lengths, bad input named or counted."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from omegaconf import open_dict
+
+from lengthpred.data import load_prompts, load_splits, prepare
+from lengthpred.data.build import build_from_sources
+from lengthpred.data.trace import build_from_trace
+from lengthpred.errors import ConfigError, DataError
+from lengthpred.paths import default_datasets_root
+from tests.conftest import compose_cfg
+
+
+def _cfg(tmp_path, **kw):
+    cfg = compose_cfg(["data=trace"], tmp_path)
+    with open_dict(cfg):
+        cfg.paths.data_dir = str(tmp_path / "data")
+        for k, v in kw.items():
+            cfg.data[k] = v
+    return cfg
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _rows(n, offset=0):
+    return [{"prompt": f"question {i}", "length": [10 + i, 20 + i], "task": "a" if i % 2 else "b"}
+            for i in range(offset, offset + n)]
+
+
+def test_jsonl_lists_stat_and_domains(tmp_path):
+    p = _write_jsonl(tmp_path / "t.jsonl", _rows(40))
+    cfg = _cfg(tmp_path, train_path=str(p), domain_field="task", length_stat="max")
+    out = prepare(cfg)
+    ds, splits = load_prompts(cfg.data, cfg.paths.data_dir), load_splits(cfg.data, cfg.paths.data_dir)
+    assert out.name == "trace" and len(ds) == 40
+    row = next(r for r in ds if r["messages"][0]["content"] == "question 3")
+    assert row["lengths"] == [13, 23] and row["length"] == 23.0 and row["domain"] == "a"
+    parts = splits["indomain"]["all"]
+    assert len(parts["train"]) + len(parts["val"]) + len(parts["test"]) == 40
+    assert {"a", "b"} <= set(splits["indomain"]) and {p["name"] for p in splits["cross"]} >= {"a->b", "b->a"}
+
+
+def test_test_path_duplicates_removed_and_counted(tmp_path):
+    tr = _write_jsonl(tmp_path / "train.jsonl", _rows(20))
+    te = _write_jsonl(tmp_path / "test.jsonl", _rows(5, offset=18))  # 2 prompts also in train
+    records, splits = build_from_trace(_cfg(tmp_path, train_path=str(tr), test_path=str(te)).data)
+    assert splits["meta"]["train_test_duplicates_removed"] == 2
+    parts = splits["indomain"]["all"]
+    assert len(parts["test"]) == 5 and not set(parts["train"] + parts["val"]) & set(parts["test"])
+
+
+def test_csv_and_parquet_chat_messages_and_int_lengths(tmp_path):
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+    csv = tmp_path / "t.csv"
+    csv.write_text('prompt,length\n"hi there",12\n"second one",7\n')
+    table = pa.table({"prompt": [json.dumps(msgs), "plain"], "length": [3, 4]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    recs, _ = build_from_trace(_cfg(tmp_path, train_path=[str(csv), str(tmp_path / "t.parquet")]).data)
+    by_text = {r["messages"][-1]["content"]: r for r in recs}
+    assert by_text["hi there"]["lengths"] == [12]
+    assert by_text["hello"]["messages"][0] == {"role": "system", "content": "be brief"}
+
+
+@pytest.mark.parametrize("content,kind", [
+    (b'{"prompt": "ok", "length": 3}\n{"prompt": "bad", "length": \n', "malformed JSON"),
+    (b'{"prompt": "ok", "length": 3}\n{"length": 3}\n', "missing field"),
+    (b'{"prompt": "ok", "length": 3}\n{"prompt": "   ", "length": 3}\n', "empty prompt"),
+    (b'{"prompt": "ok", "length": 3}\n{"prompt": "caf\xe9", "length": 3}\n', "non-UTF-8"),
+    (b'{"prompt": "ok", "length": 3}\n{"prompt": "x", "length": "many"}\n', "malformed field"),
+])
+def test_bad_input_named_or_skipped_and_counted(tmp_path, content, kind):
+    p = tmp_path / "bad.jsonl"
+    p.write_bytes(content)
+    with pytest.raises(DataError, match=rf"bad.jsonl:2: {kind}"):
+        build_from_trace(_cfg(tmp_path, train_path=str(p)).data)
+    recs, splits = build_from_trace(_cfg(tmp_path, train_path=str(p), on_bad_input="skip").data)
+    assert len(recs) == 1 and sum(splits["meta"]["bad_input_skipped"].values()) == 1
+
+
+def test_missing_file_and_bad_options(tmp_path):
+    with pytest.raises(DataError, match="nope.jsonl: file not found"):
+        build_from_trace(_cfg(tmp_path, train_path=str(tmp_path / "nope.jsonl")).data)
+    with pytest.raises(ConfigError, match="train_path"):
+        build_from_trace(_cfg(tmp_path).data)
+    p = _write_jsonl(tmp_path / "t.jsonl", _rows(3))
+    with pytest.raises(ConfigError, match="length_stat"):
+        build_from_trace(_cfg(tmp_path, train_path=str(p), length_stat="mode").data)
+    with pytest.raises(DataError, match="does not exist"):
+        build_from_sources(compose_cfg(["data=demo", "data.root=/nonexistent"], tmp_path).data)
+
+
+@pytest.mark.skipif(not (default_datasets_root() / "castillo").is_dir(), reason="CASTILLO files not present")
+def test_castillo_as_a_user_reads_it(tmp_path):
+    cfg = compose_cfg(["data=castillo"], tmp_path)
+    with open_dict(cfg):
+        cfg.data.train_path = cfg.data.train_path.replace("/*/", "/Mbpp/")
+    assert cfg.data.prompt_field == "prompt_text" and cfg.data.length_field == "output_sizes"
+    recs, splits = build_from_trace(cfg.data)
+    assert len(recs) == 195 and all(len(r["lengths"]) == 10 for r in recs)
+    assert recs[0]["length_model"] == "castillo:meta-llama--Llama-3.1-8B-Instruct"
