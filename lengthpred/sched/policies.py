@@ -1,0 +1,224 @@
+"""Scheduling policies: each gives every request a priority key (lower runs first).
+
+The simulator keeps the waiting queue as a heap on ``waiting_key`` (fixed while a request waits) and,
+for preemptive policies, preempts the running request with the largest ``running_key`` when a waiting
+one has a strictly smaller key and cannot otherwise get in. Keys depend on the request's progress:
+``steps`` (decode steps it has been served) and ``tokens`` (tokens it has generated). Policies with keys
+that change in steps other than through progress ask for re-checks every ``tick`` steps.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lengthpred.errors import ConfigError
+from lengthpred.registry import Registry
+
+POLICIES: Registry[Any] = Registry("policy")
+_LEVEL = 1e9  # separates MLFQ levels in a float key (arrival times stay far below it)
+
+
+@dataclass
+class SchedContext:
+    """What the simulator shares with its policy; `pred` is filled as requests arrive."""
+
+    arrival: np.ndarray
+    output: np.ndarray
+    pred: np.ndarray
+    predictor: Any
+    rate: np.ndarray  # tokens per step per request (1, or n·A+1 with speculative decoding)
+    accept: np.ndarray | None
+    profile: Any
+    speculative: bool
+    rng: np.random.Generator
+
+
+class Policy:
+    preemptive: bool = False
+    tick: int | None = None
+    needs_prediction: bool = False
+    name: str = "policy"
+
+    def bind(self, ctx: SchedContext) -> None:
+        self.ctx = ctx
+
+    def waiting_key(self, i: int, steps: int, tokens: float) -> float:
+        raise NotImplementedError
+
+    def running_key(self, i: int, steps: int, tokens: float) -> float:
+        return self.waiting_key(i, steps, tokens)
+
+    def running_keys(self, idx: np.ndarray, steps: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Keys of many running requests at once; must agree with `running_key` (override to vectorise)."""
+        return np.array([self.running_key(int(i), int(s), float(t)) for i, s, t in zip(idx, steps, tokens, strict=True)])
+
+
+@POLICIES.register("fcfs")
+class FCFS(Policy):
+    """First come, first served (vLLM's default); under memory pressure the latest arrival is preempted."""
+
+    name = "fcfs"
+
+    def waiting_key(self, i: int, steps: int, tokens: float) -> float:
+        return float(self.ctx.arrival[i])
+
+    def running_keys(self, idx: np.ndarray, steps: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        return self.ctx.arrival[idx]
+
+
+class _LengthPolicy(Policy):
+    def __init__(self, *, oracle: bool = False) -> None:
+        self.oracle = oracle
+        self.needs_prediction = not oracle
+
+    def _total(self, i: int) -> float:
+        return float(self.ctx.output[i]) if self.oracle else float(self.ctx.pred[i])
+
+    def _totals(self, idx: np.ndarray) -> np.ndarray:
+        return (self.ctx.output if self.oracle else self.ctx.pred)[idx].astype(float)
+
+
+@POLICIES.register("sjf")
+class SJF(_LengthPolicy):
+    """Shortest (predicted) job first, non-preemptive."""
+
+    name = "sjf"
+
+    def waiting_key(self, i: int, steps: int, tokens: float) -> float:
+        return self._total(i)
+
+    def running_keys(self, idx: np.ndarray, steps: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        return self._totals(idx)
+
+
+@POLICIES.register("rank")
+class Rank(SJF):
+    """Order by a ranking score (LTR): lower score runs first; the score need not be in tokens."""
+
+    name = "rank"
+
+
+@POLICIES.register("srpt")
+class SRPT(_LengthPolicy):
+    """Shortest (predicted) remaining processing time first, preemptive.
+
+    Remaining = predicted total − generated, or the predictor's own `remaining(i, generated)` where it has
+    one (refinement, e.g. when a request outlives its prediction).
+    """
+
+    name = "srpt"
+    preemptive = True
+
+    def waiting_key(self, i: int, steps: int, tokens: float) -> float:
+        if self.oracle:
+            return float(self.ctx.output[i]) - tokens
+        rem = getattr(self.ctx.predictor, "remaining", None)
+        return float(rem(i, tokens)) if rem is not None else float(self.ctx.pred[i]) - tokens
+
+    def running_keys(self, idx: np.ndarray, steps: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        if self.oracle:
+            return self.ctx.output[idx] - tokens
+        rem = getattr(self.ctx.predictor, "remaining_many", None)
+        if rem is not None:
+            return rem(idx, tokens)
+        if getattr(self.ctx.predictor, "remaining", None) is not None:
+            return super().running_keys(idx, steps, tokens)
+        return self.ctx.pred[idx] - tokens
+
+
+POLICIES.register("oracle-sjf")(functools.partial(SJF, oracle=True))
+POLICIES.register("oracle-srpt")(functools.partial(SRPT, oracle=True))
+
+
+def _level(steps: float, quantum: int, n_levels: int) -> int:
+    """Queue level after `steps` of service with quanta q, 2q, 4q, …: boundaries at q·(2^k − 1)."""
+    return min(n_levels - 1, int(math.log2(steps / quantum + 1.0)))
+
+
+@POLICIES.register("mlfq")
+class MLFQ(Policy):
+    """Multi-level feedback queue (least attained service with geometric quanta), FCFS within a level."""
+
+    name = "mlfq"
+    preemptive = True
+
+    def __init__(self, *, quantum: int = 16, n_levels: int = 8) -> None:
+        if quantum < 1 or n_levels < 1:
+            raise ConfigError(f"mlfq needs quantum >= 1 and n_levels >= 1, got {quantum}, {n_levels}")
+        self.quantum, self.n_levels = quantum, n_levels
+        self.tick = quantum
+
+    def waiting_key(self, i: int, steps: int, tokens: float) -> float:
+        return _level(steps, self.quantum, self.n_levels) * _LEVEL + float(self.ctx.arrival[i])
+
+    def running_keys(self, idx: np.ndarray, steps: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        lvl = np.minimum(self.n_levels - 1, np.floor(np.log2(steps / self.quantum + 1.0)))
+        return lvl * _LEVEL + self.ctx.arrival[idx]
+
+
+POLICIES.register("las")(MLFQ)
+
+
+@POLICIES.register("laps-sd")
+class LAPSSD(MLFQ):
+    """LAPS-SD: least-attained-service queues until a request's acceptance rate is stable ("perceptible"),
+    then shortest estimated remaining time T = (n·L·T_draft + L·T_target)/(n·Â + 1).
+
+    Stability tests (the paper's is not public): ``stability="steps"`` — after `min_steps` steps;
+    ``stability="stderr"`` — once the binomial standard error of Â, √(A(1−A)/(n·k)), is below `tol`.
+    Â is the true rate plus that sampling error, drawn once per request. ``perceptible_first`` puts
+    perceptible requests ahead of the LAS queues (default: young requests first, as LAS does).
+    """
+
+    name = "laps-sd"
+
+    def __init__(self, *, quantum: int = 16, n_levels: int = 8, stability: str = "steps",
+                 min_steps: int = 8, tol: float = 0.05, perceptible_first: bool = False,
+                 oracle: bool = False) -> None:
+        super().__init__(quantum=quantum, n_levels=n_levels)
+        if stability not in ("steps", "stderr"):
+            raise ConfigError(f"laps-sd stability {stability!r}; valid: steps, stderr")
+        self.stability, self.min_steps, self.tol = stability, min_steps, tol
+        self.perceptible_first, self.oracle = perceptible_first, oracle
+        self.needs_prediction = not oracle
+
+    def bind(self, ctx: SchedContext) -> None:
+        super().bind(ctx)
+        n = len(ctx.output)
+        a = ctx.accept if ctx.accept is not None else np.full(n, 0.7)
+        nd = ctx.profile.n_draft
+        if self.stability == "steps":
+            k = np.full(n, float(self.min_steps))
+        else:
+            k = np.ceil(a * (1 - a) / (nd * self.tol**2))
+        self.k_stable = np.maximum(k, 1).astype(np.int64)
+        se = np.sqrt(a * (1 - a) / (nd * self.k_stable))
+        self.a_hat = np.clip(a + se * ctx.rng.standard_normal(n), 0.0, 1.0)
+        prof = ctx.profile
+        self.t_target = prof.step_time(1)
+        self.t_draft = prof.t_draft
+
+    running_keys = Policy.running_keys
+
+    def waiting_key(self, i: int, steps: int, tokens: float) -> float:
+        if steps < self.k_stable[i]:
+            lvl = _level(steps, self.quantum, self.n_levels) * _LEVEL + float(self.ctx.arrival[i])
+            return lvl + (4 * _LEVEL * self.n_levels if self.perceptible_first else 0.0)
+        total = float(self.ctx.output[i]) if self.oracle else float(self.ctx.pred[i])
+        L = max(total - tokens, 1.0)
+        n = self.ctx.profile.n_draft
+        t = (n * L * self.t_draft + L * self.t_target) / (n * self.a_hat[i] + 1)
+        return t + (0.0 if self.perceptible_first else 2 * _LEVEL * self.n_levels)
+
+
+def make_policy(name: str, **kwargs: Any) -> Policy:
+    """A fresh policy from the registry; `kwargs` are its constructor keywords (the YAML keys)."""
+    try:
+        return POLICIES.get(name)(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"policy {name!r}: {e}") from None

@@ -1,0 +1,310 @@
+"""Discrete-event simulator of an LLM server with continuous batching, advancing in event jumps.
+
+Between events (an arrival it must react to, a completion, a KV-memory limit, a policy tick, the
+horizon) the running batch is fixed and every running request gains one decode step per step, so the
+simulator jumps straight to the next event: the step time grows linearly with the KV context
+(t_base + t_seq·B + t_ctx·C, C rising by the batch's tokens per step), so the time of k steps and the
+number of steps before a given time are closed forms. Requests progress in "global steps": a request
+admitted at global step G0 with s0 steps done has s0 + (G − G0) done at G, so completion order is a heap.
+
+Conventions: a request admitted at a step boundary is prefilled in the next step, which also makes its
+first token (TTFT = end of that step); it needs ⌈L / r⌉ steps in all (r = 1 token per step, or n·A + 1
+with speculative decoding). KV use of a request is counted as context/block_size + 1 blocks (its last
+block partly full), which keeps the memory event a closed form. Admission is strict priority (the top
+of the queue blocks the rest), keeps `watermark` of memory free (vLLM's watermark), and fills at most the
+token budget with prefill (one prompt always fits). When memory runs out, the running request with the
+worst key is preempted (recompute: its context is prefilled again on re-admission; swap: moved out and
+back at t_swap_token per token). A request that could not fit in KV memory even alone is rejected at
+arrival and counted, never retried.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from lengthpred.errors import ConfigError, DataError
+from lengthpred.sched.hardware import HardwareProfile
+from lengthpred.sched.policies import Policy, SchedContext
+from lengthpred.sched.predictors import ArrayPredictor, OraclePredictor, Predictor
+from lengthpred.sched.workload import Workload, capacity
+
+log = logging.getLogger("lengthpred.sched")
+
+
+class OverloadWarning(UserWarning):
+    """Offered load at or above the server's capacity: queues grow without bound."""
+
+
+@dataclass
+class SimResult:
+    """Per-request outcomes (NaN where a request never got that far) and run-level counters."""
+
+    arrival: np.ndarray
+    output: np.ndarray
+    first_admit: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    n_preempt: np.ndarray
+    rejected: np.ndarray  # bool
+    end_time: float
+    n_events: int
+    n_steps: int
+
+    @property
+    def finished(self) -> np.ndarray:
+        return np.isfinite(self.finish)
+
+
+def simulate(
+    workload: Workload,
+    profile: HardwareProfile,
+    policy: Policy,
+    predictor: Predictor | np.ndarray | None = None,
+    *,
+    preemption: str = "recompute",
+    speculative: bool = False,
+    predictor_cost: float = 0.0,
+    predictor_mode: str = "sync",
+    aging: float = 0.0,
+    max_preemptions: int | None = 2,
+    horizon: float | None = None,
+    watermark: float = 0.01,
+    seed: int = 0,
+) -> SimResult:
+    """Serve `workload` on `profile` under `policy`; `predictor` gives lengths (array aligned with requests,
+    or a `Predictor`). `aging` (key units per second waited) lowers a waiting request's key as it waits,
+    a guard against starvation. `max_preemptions` caps how often a preemptive policy may evict one request
+    (TRAIL's limited preemption; None: no cap); memory pressure may still evict it. `predictor_cost` (s per request) adds to its prefill step (`sync`) or only
+    what the prefill does not hide (`async`). `horizon` (s) stops the run; default: run until all finish,
+    or stop at the last arrival when the offered load is at or above capacity."""
+    if preemption not in ("recompute", "swap"):
+        raise ConfigError(f"preemption={preemption!r}; valid: recompute, swap")
+    if predictor_mode not in ("sync", "async"):
+        raise ConfigError(f"predictor_mode={predictor_mode!r}; valid: sync, async")
+    if not 0 <= watermark < 1:
+        raise ConfigError(f"watermark={watermark} must lie in [0, 1)")
+    n = len(workload)
+    if speculative and workload.accept is None:
+        raise DataError("speculative decoding needs per-request acceptance rates (workload.accept)")
+    if predictor is None:
+        predictor = OraclePredictor(workload.output) if not policy.needs_prediction else None
+        if predictor is None:
+            raise ConfigError(f"policy {policy.name!r} needs a predictor")
+    elif not isinstance(predictor, Predictor):
+        predictor = ArrayPredictor(np.asarray(predictor, dtype=float))
+    static = isinstance(predictor, ArrayPredictor)
+    if static and len(predictor.values) != n:
+        raise DataError(f"{len(predictor.values)} predictions for {n} requests")
+
+    horizon = _horizon(workload, profile, speculative, horizon)
+    rng = np.random.default_rng(seed)
+    rate_a = (profile.n_draft * workload.accept + 1.0) if speculative else np.ones(n)
+    work_a = np.ceil(workload.output / rate_a - 1e-9).astype(np.int64) if speculative else workload.output
+    pred_a = predictor.values.copy() if static else np.zeros(n)
+    ctx = SchedContext(workload.arrival, workload.output, pred_a, predictor, rate_a, workload.accept,
+                       profile, speculative, rng)
+    policy.bind(ctx)
+
+    # hot-loop state in plain Python (faster than numpy scalars)
+    arr, P, work, rate = workload.arrival.tolist(), workload.prompt.tolist(), work_a.tolist(), rate_a.tolist()
+    Lout = workload.output.tolist()
+    pred = pred_a  # policies read ctx.pred; online predictions are written into it at arrival
+    bs, M = profile.block_size, profile.kv_blocks
+    m_cap = M * (1.0 - watermark)
+    t_base = profile.t_base + (profile.n_draft * profile.t_draft if speculative else 0.0)
+    t_seq, t_ctx, t_pf, t_sw = profile.t_seq, profile.t_ctx, profile.t_prefill_token, profile.t_swap_token
+    max_batch = profile.max_batch
+    decode_tokens = profile.n_draft + 1 if speculative else 1
+    budget = profile.token_budget
+    swap = preemption == "swap"
+    preemptive, tick = policy.preemptive, policy.tick
+    wkey = policy.waiting_key
+    on_complete = None if static else predictor.on_complete
+    predict = None if static else predictor.predict
+
+    steps0, tok0, G0, ver, npre = [0] * n, [0.0] * n, [0] * n, [0] * n, [0] * n
+    # numpy mirrors of the progress state, for vectorised keys of the running batch
+    s0n, t0n, g0n, npn = np.zeros(n, np.int64), np.zeros(n), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    arrn = workload.arrival
+    rkeys = policy.running_keys
+    limit = math.inf if max_preemptions is None else max_preemptions
+    nan = math.nan
+    first_admit, first_tok, finish = [nan] * n, [nan] * n, [nan] * n
+    rejected = [False] * n
+    waiting: list[tuple[float, int, int]] = []
+    comp: list[tuple[int, int, int]] = []
+    running: set[int] = set()
+    t, G, S, R, B, extra = 0.0, 0, 0.0, 0.0, 0, 0.0
+    ptr, seq, n_events, n_steps = 0, 0, 0, 0
+    new_admits: list[int] = []
+
+    def preempt(j: int) -> None:
+        nonlocal S, R, B, extra, seq
+        d = G - G0[j]
+        steps0[j] += d
+        tok0[j] += rate[j] * d
+        running.discard(j)
+        B -= 1
+        R -= rate[j]
+        S -= P[j] + tok0[j] - rate[j] * G
+        ver[j] += 1
+        npre[j] += 1
+        s0n[j], t0n[j], npn[j] = steps0[j], tok0[j], npre[j]
+        if swap:
+            extra += t_sw * (P[j] + tok0[j])
+        k = wkey(j, steps0[j], tok0[j]) + aging * arr[j]
+        heapq.heappush(waiting, (k, seq, j))
+        seq += 1
+
+    def worst_running(capped: bool = False) -> tuple[float, int]:
+        # the same aged key a request would have if it waited, so preemption can never cycle
+        idx = np.fromiter(running, np.int64, B)
+        d = G - g0n[idx]
+        keys = rkeys(idx, s0n[idx] + d, t0n[idx] + rate_a[idx] * d)
+        if aging:
+            keys = keys - aging * (t - arrn[idx])
+        if capped:
+            keys = np.where(npn[idx] < limit, keys, -np.inf)
+        j = int(np.argmax(keys))
+        return float(keys[j]), int(idx[j])
+
+    while True:
+        n_events += 1
+        # completions at this boundary
+        while comp and comp[0][0] <= G:
+            _, i, v = heapq.heappop(comp)
+            if v != ver[i]:
+                continue
+            finish[i] = t
+            running.discard(i)
+            B -= 1
+            R -= rate[i]
+            S -= P[i] + tok0[i] - rate[i] * G0[i]
+            if on_complete is not None:
+                on_complete(i, Lout[i], t)
+        if B == 0:
+            S = R = 0.0  # no float drift across idle periods
+        # arrivals up to now
+        while ptr < n and arr[ptr] <= t:
+            i = ptr
+            ptr += 1
+            if (P[i] + Lout[i] + rate[i]) / bs + 1 > m_cap:
+                rejected[i] = True
+                continue
+            if predict is not None:
+                pred[i] = predict(i, t)
+            heapq.heappush(waiting, (wkey(i, 0, 0.0) + aging * arr[i], seq, i))
+            seq += 1
+        if t >= horizon:
+            break
+        # KV memory for the next step: preempt the worst running requests until it fits
+        while B > 1 and (S + R * (G + 1)) / bs + B > M:
+            preempt(worst_running()[1])
+        # admission (and preemption for preemptive policies)
+        prefill = 0
+        while waiting:
+            k, _, i = waiting[0]
+            if B < max_batch and (S + R * (G + 1) + P[i] + tok0[i] + rate[i]) / bs + B + 1 <= m_cap:
+                pf = 0 if (swap and npre[i]) else P[i] + int(tok0[i])
+                if prefill and prefill + pf > budget - B * decode_tokens:
+                    break  # this step's token budget is spent
+                heapq.heappop(waiting)
+                prefill += pf
+                if npre[i]:
+                    if swap:
+                        extra += t_sw * (P[i] + tok0[i])
+                else:
+                    first_admit[i] = t
+                    new_admits.append(i)
+                    if predictor_cost:
+                        extra += predictor_cost if predictor_mode == "sync" else max(
+                            0.0, predictor_cost - t_pf * P[i])
+                G0[i] = G
+                g0n[i] = G
+                running.add(i)
+                B += 1
+                R += rate[i]
+                S += P[i] + tok0[i] - rate[i] * G
+                heapq.heappush(comp, (G + work[i] - steps0[i], i, ver[i]))
+                continue
+            if not preemptive or not running:
+                break
+            wk, j = worst_running(capped=True)
+            if k - aging * t < wk:
+                preempt(j)
+            else:
+                break
+        extra += t_pf * prefill
+        if B == 0:
+            if ptr >= n or arr[ptr] > horizon:
+                break
+            t = max(t, arr[ptr])
+            continue
+        # jump: as many steps as possible before the next event
+        alpha = t_base + t_seq * B + t_ctx * (S + R * G)
+        beta = t_ctx * R
+        for i in new_admits:
+            first_tok[i] = t + extra + alpha
+        new_admits.clear()
+        while comp[0][2] != ver[comp[0][1]]:
+            heapq.heappop(comp)
+        K = comp[0][0] - G
+        if R > 0:
+            K = min(K, max(1, int(((M - B) * bs - S) / R) - G))
+        if tick and waiting:
+            K = min(K, tick - G % tick)
+        target = horizon
+        if ptr < n and (preemptive or B < max_batch) and arr[ptr] < target:
+            target = arr[ptr]
+        T = extra + K * alpha + beta * K * (K - 1) / 2
+        if t + T > target:
+            d = target - t - extra
+            if d <= alpha:
+                k = 1
+            elif beta == 0:
+                k = math.ceil(d / alpha - 1e-12)
+            else:
+                b2 = alpha - beta / 2
+                k = math.ceil((-b2 + math.sqrt(b2 * b2 + 2 * beta * d)) / beta - 1e-12)
+            K = max(1, min(K, k))
+            T = extra + K * alpha + beta * K * (K - 1) / 2
+        t += T
+        G += K
+        n_steps += K
+        extra = 0.0
+
+    return SimResult(
+        arrival=workload.arrival.copy(),
+        output=workload.output.copy(),
+        first_admit=np.array(first_admit),
+        first_token=np.array(first_tok),
+        finish=np.array(finish),
+        n_preempt=np.array(npre),
+        rejected=np.array(rejected, dtype=bool),
+        end_time=t,
+        n_events=n_events,
+        n_steps=n_steps,
+    )
+
+
+def _horizon(workload: Workload, profile: HardwareProfile, speculative: bool, horizon: float | None) -> float:
+    """Warn when the offered load reaches capacity; then a run without a horizon stops at the last arrival."""
+    n = len(workload)
+    if n < 2 or workload.arrival[-1] <= workload.arrival[0]:
+        return math.inf if horizon is None else float(horizon)
+    offered = (n - 1) / float(workload.arrival[-1] - workload.arrival[0])
+    cap = capacity(profile, workload.prompt, workload.output, workload.accept, speculative)
+    if offered >= cap:
+        msg = (f"offered load {offered:.3g} req/s is {offered / cap:.2f}x the capacity of {profile.name} "
+               f"({cap:.3g} req/s): queues grow without bound; the run stops at its horizon")
+        warnings.warn(msg, OverloadWarning, stacklevel=3)
+        log.warning(msg)
+        if horizon is None:
+            return float(workload.arrival[-1])
+    return math.inf if horizon is None else float(horizon)

@@ -1,0 +1,134 @@
+"""Where a simulation's request lengths and predictions come from: a predictions file, CASTILLO, synthetic.
+
+A `LengthSource` is a pool of requests (true output length, prompt length) with one prediction array per
+predictor, aligned; simulations draw their requests from it with replacement.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lengthpred.errors import ConfigError, DataError
+from lengthpred.sched.workload import noisy_prediction, synthetic_lengths
+
+
+@dataclass
+class LengthSource:
+    name: str
+    output: np.ndarray  # [m] true output tokens (>= 1)
+    prompt: np.ndarray  # [m] prompt tokens
+    preds: dict[str, np.ndarray] = field(default_factory=dict)  # predictor → [m] predicted tokens
+    arrival: np.ndarray | None = None  # [m] trace timestamps (s), when the source is a trace
+
+    def __post_init__(self) -> None:
+        m = len(self.output)
+        if m == 0:
+            raise DataError(f"length source {self.name}: no requests")
+        for k, v in self.preds.items():
+            if len(v) != m or not np.all(np.isfinite(v)):
+                raise DataError(f"length source {self.name}: predictor {k} has {len(v)} finite values, need {m}")
+
+
+def read_prediction_files(path: str | Path) -> pd.DataFrame:
+    """One predictions file, or every `predictions.parquet` under a directory with each head taken from the
+    newest file that has it (train.py and adapt.py runs side by side)."""
+    p = Path(path)
+    files = [p] if p.is_file() else sorted(p.rglob("predictions.parquet"), key=lambda f: f.stat().st_mtime)
+    if not files:
+        raise DataError(f"no predictions file at {p}: run scripts/train.py first, or set "
+                        "sched.source.kind=castillo (or synthetic)")
+    frames: dict[str, pd.DataFrame] = {}
+    for f in files:  # oldest first, so newer files replace a head's rows
+        df = pd.read_parquet(f)
+        missing = [c for c in ("head", "split", "id", "y_true", "y_pred") if c not in df.columns]
+        if missing:
+            raise DataError(f"{f}: predictions file lacks column(s) {', '.join(missing)}")
+        for h, g in df.groupby("head"):
+            frames[str(h)] = g
+    return pd.concat(frames.values(), ignore_index=True)
+
+
+def from_predictions(path: str | Path, *, split: str | None = None, heads: list[str] | None = None,
+                     prompt_tokens: int = 128) -> LengthSource:
+    """Requests of one split of `predictions.parquet` file(s) (docs/DESIGN.md): y_true is the length, each
+    head's y_pred a predictor; only ids every chosen head predicts. `split=None` takes the split with the
+    most rows among those whose name contains "test" (else among all)."""
+    p = Path(path)
+    df = read_prediction_files(p)
+    if split is None:
+        counts = df["split"].astype(str).value_counts()
+        tests = counts[[("test" in s) for s in counts.index]]
+        split = str((tests if len(tests) else counts).idxmax())
+    df = df[df["split"] == split]
+    if heads:
+        unknown = sorted(set(heads) - set(df["head"]))
+        if unknown:
+            raise ConfigError(f"{p}: no predictions of head(s) {unknown} in split {split!r}; "
+                              f"present: {sorted(df['head'].unique())}")
+        df = df[df["head"].isin(heads)]
+    if df.empty:
+        raise DataError(f"{p}: no rows in split {split!r}")
+    wide = df.pivot_table(index="id", columns="head", values="y_pred", aggfunc="first").dropna()
+    if wide.empty:
+        raise DataError(f"{p}: no id in split {split!r} is predicted by every head; choose sched.source.heads")
+    y = df.groupby("id")["y_true"].first().loc[wide.index].to_numpy(float)
+    if "n_prompt_tokens" in df.columns:
+        prompt = df.groupby("id")["n_prompt_tokens"].first().loc[wide.index].to_numpy(float)
+    else:
+        prompt = np.full(len(y), prompt_tokens)
+    preds = {str(h): np.maximum(wide[h].to_numpy(float), 1.0) for h in wide.columns}
+    return LengthSource(f"predictions:{split}", np.maximum(np.rint(y), 1).astype(np.int64),
+                        np.rint(prompt).astype(np.int64), preds)
+
+
+def from_castillo(root: str | Path, *, model: str, datasets: list[str], part: str = "validate",
+                  noisy_spearman: list[float] | None = None, seed: int = 0) -> LengthSource:
+    """CASTILLO prompts of one model: the true length is the first sampled length; predictors are the mean
+    of the other nine samples (`others-mean`, the near-ceiling predictor) and synthetic noisy ones."""
+    out, prm, others = [], [], []
+    for ds in datasets:
+        f = Path(root) / part / ds / f"{model}.jsonl"
+        if not f.is_file():
+            raise DataError(f"no CASTILLO file {f}")
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            s = [int(x) for x in r["output_sizes"]]
+            out.append(max(s[0], 1))
+            prm.append(int(r["input_size"]))
+            others.append(float(np.mean(s[1:])) if len(s) > 1 else float(s[0]))
+    y = np.array(out, dtype=np.int64)
+    preds = {"others-mean": np.maximum(np.array(others), 1.0)}
+    rng = np.random.default_rng(seed)
+    for rho in noisy_spearman or []:
+        preds[f"noisy@{rho:g}"] = noisy_prediction(y, rho, rng=rng)
+    return LengthSource(f"castillo:{model}", y, np.array(prm, dtype=np.int64), preds)
+
+
+def synthetic(n: int = 5000, *, median: float = 200.0, sigma: float = 1.0, max_len: int = 4096,
+              prompt_tokens: int = 128, noisy_spearman: list[float] | None = None, seed: int = 0) -> LengthSource:
+    """Lognormal lengths with noisy predictors of known Spearman (`noisy@0.6`, …)."""
+    rng = np.random.default_rng(seed)
+    y = synthetic_lengths(n, median=median, sigma=sigma, max_len=max_len, rng=rng)
+    preds = {f"noisy@{r:g}": noisy_prediction(y, r, rng=rng) for r in (noisy_spearman or [0.6])}
+    return LengthSource("synthetic", y, np.full(n, prompt_tokens, dtype=np.int64), preds)
+
+
+def from_trace(path: str | Path) -> LengthSource:
+    """A CSV/Parquet trace: `arrival` (s), `output_tokens`, optional `prompt_tokens` and `pred.<name>` columns."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"no trace file at {p}")
+    df = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+    for c in ("arrival", "output_tokens"):
+        if c not in df.columns:
+            raise DataError(f"{p}: trace lacks column {c!r} (need arrival, output_tokens)")
+    df = df.sort_values("arrival", kind="stable")
+    prompt = df["prompt_tokens"].to_numpy(np.int64) if "prompt_tokens" in df.columns else np.zeros(len(df), np.int64)
+    preds = {c[5:]: df[c].to_numpy(float) for c in df.columns if c.startswith("pred.")}
+    return LengthSource(p.stem, np.maximum(df["output_tokens"].to_numpy(np.int64), 1), prompt, preds,
+                        arrival=df["arrival"].to_numpy(float) - float(df["arrival"].iloc[0]))

@@ -1,0 +1,86 @@
+"""Simulate a continuous-batching server under policies × predictors × loads; write the T5 inputs.
+
+    python scripts/simulate.py                                   # demo scale (sched=default)
+    python scripts/simulate.py sched.source.kind=synthetic sched.hardware=a100-llama2-7b
+    python scripts/simulate.py sched=paper                       # paper scale
+
+Writes into the run dir (schemas in lengthpred/sched/experiment.py): sched_runs.csv, sched_results.csv,
+sched_gains.csv, sched_latencies.parquet, latency_vs_load.png, sched.json; prints a small T5.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from lengthpred.cli import stage
+from lengthpred.errors import ConfigError
+from lengthpred.sched import experiment as ex
+from lengthpred.sched import sources
+from lengthpred.sched.hardware import get_profile
+
+log = logging.getLogger("lengthpred")
+
+
+def load_source(sc: DictConfig, seed: int) -> sources.LengthSource:
+    s = sc.source
+    kind = s.kind
+    if kind == "auto":
+        p = Path(s.predictions_path)
+        has = p.is_file() or (p.is_dir() and any(p.rglob("predictions.parquet")))
+        kind = "predictions" if has else "castillo"
+        log.info("sched.source.kind=auto → %s", kind)
+    if kind == "predictions":
+        return sources.from_predictions(s.predictions_path, split=s.split,
+                                        heads=list(s.heads) if s.heads else None, prompt_tokens=s.prompt_tokens)
+    if kind == "castillo":
+        return sources.from_castillo(s.castillo_root, model=s.castillo_model, datasets=list(s.castillo_datasets),
+                                     noisy_spearman=list(s.noisy_spearman), seed=seed)
+    if kind == "synthetic":
+        return sources.synthetic(s.synthetic_n, median=s.synthetic_median, sigma=s.synthetic_sigma,
+                                 prompt_tokens=s.prompt_tokens, noisy_spearman=list(s.noisy_spearman), seed=seed)
+    if kind == "trace":
+        if not s.trace_path:
+            raise ConfigError("sched.source.kind=trace needs sched.source.trace_path")
+        return sources.from_trace(s.trace_path)
+    raise ConfigError(f"sched.source.kind={kind!r}; valid: auto, predictions, castillo, synthetic, trace")
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@stage
+def main(cfg: DictConfig) -> None:
+    sc = cfg.sched
+    out = Path(sc.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    profile = get_profile(sc.hardware, OmegaConf.to_container(sc.hardware_overrides))
+    policies = ex.parse_policies(OmegaConf.to_container(sc.policies))
+    src = load_source(sc, cfg.seed)
+    print(f"source {src.name}: {len(src.output)} requests, predictors {sorted(src.preds)}; hardware {profile.name}")
+    runs, lat = ex.run_grid(
+        src, profile, policies, loads=list(sc.loads), seeds=list(sc.seeds), n_requests=sc.n_requests,
+        predictors=list(sc.predictors) if sc.predictors else None, online=sc.online, arrival=sc.arrival,
+        cv=sc.arrival_cv, accept_beta=tuple(sc.accept_beta), speculative=sc.speculative, warmup=sc.warmup,
+        sim=OmegaConf.to_container(sc.sim),
+    )
+    runs.insert(0, "experiment", cfg.experiment_name)
+    summary = ex.summarize_runs(runs.drop(columns="experiment"))
+    summary.insert(0, "experiment", cfg.experiment_name)
+    gains = ex.gains(runs)
+    runs.to_csv(out / "sched_runs.csv", index=False)
+    summary.to_csv(out / "sched_results.csv", index=False)
+    gains.to_csv(out / "sched_gains.csv", index=False)
+    lat.to_parquet(out / "sched_latencies.parquet", index=False)
+    (out / "sched.json").write_text(json.dumps({"hardware": profile.to_dict(), "source": src.name,
+                                                "config": OmegaConf.to_container(sc, resolve=True)}, indent=1))
+    if sc.plots:
+        ex.plot_latency_vs_load(summary, out / "latency_vs_load.png")
+    print(ex.format_table(summary, gains))
+    print(f"wrote {out}/sched_results.csv (+ runs, gains, latencies, plot)")
+
+
+if __name__ == "__main__":
+    main()
