@@ -70,6 +70,32 @@ def test_table_contents(tmp_path):
     assert r"\toprule" in tex and r"$\uparrow$" in tex and "->" not in tex
 
 
+def test_t5_uses_paired_gains_and_shows_missing_intervals_plainly(tmp_path):
+    from lengthpred.eval.inputs import read_sched
+    from lengthpred.eval.tables import table_t5
+
+    sched = read_sched(write_sched(tmp_path / "sched_results.csv"))
+    sched.loc[0, ["ci_low", "ci_high"]] = None  # one seed: no interval
+    gains = pd.DataFrame(
+        [
+            {
+                "policy": "sjf",
+                "predictor": "linear",
+                "load": 0.5,
+                "metric": "gain_vs_fcfs",
+                "value": 0.21,
+                "ci_low": 0.15,
+                "ci_high": 0.27,
+            }
+        ]
+    )
+    t5 = table_t5(sched, gains)
+    md = t5.to_markdown()
+    assert "+21.0% [+15.0%, +27.0%]" in md and "nan" not in md
+    first = md.splitlines()[4]
+    assert "| fcfs | - | 0.5 |" in first  # value shown without an interval
+
+
 def test_plots_are_written(tmp_path):
     root = write_experiment(tmp_path, n=20)
     res = evaluate_run(root, OmegaConf.create({}), n_boot=0, splits_json=root / "splits.json")

@@ -1,6 +1,8 @@
 """Readers for the other stages' outputs that tables and plots use, each with a fixed, checked schema.
 
-- scheduling results (T5): CSV/Parquet, long: `policy, predictor, load, metric, value[, ci_low, ci_high]`
+- scheduling results (T5; lengthpred/sched/experiment.py): `sched_results.csv` and `sched_gains.csv`, long:
+  `[hardware,] policy, predictor, load, metric, value[, ci_low, ci_high]`; a NaN interval (one seed) is
+  shown without a CI, a NaN value as undefined
 - scheduling latencies (latency CDF plot): `policy, predictor, load, latency` (one row per request;
   per-token latency in seconds)
 - adaptation curves (plot): `head, n_updates` + metric columns (`test_spearman`, `stream_spearman`, …) and
@@ -18,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from lengthpred.errors import DataError
+from lengthpred.metrics import UNDEFINED
 
 
 def _read_table(path: str | Path) -> pd.DataFrame:
@@ -47,6 +50,10 @@ def read_sched(path: str | Path) -> pd.DataFrame:
         _read_table(path), ("policy", "predictor", "load", "metric", "value"), path, "scheduling results"
     )
     df["load"] = df["load"].astype(float)
+    df["value"] = pd.Series([UNDEFINED if pd.isna(v) else float(v) for v in df["value"]], dtype=object)
+    for c in ("ci_low", "ci_high"):
+        if c in df.columns:
+            df[c] = pd.Series([None if pd.isna(v) else float(v) for v in df[c]], dtype=object)
     return df
 
 

@@ -23,7 +23,7 @@ class Cell:
     value: Any
     lo: Any = None
     hi: Any = None
-    kind: str = "float"  # corr | frac | tokens | ms | us | float | pct | int
+    kind: str = "float"  # corr | frac | tokens | ms | us | float | sig | pct | int
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,8 @@ class Table:
             return "undefined"
         if kind == "int":
             return f"{int(round(float(v))):,}"
+        if kind == "sig":  # 4 significant digits: latencies in s/token next to throughputs in tokens/s
+            return f"{float(v):.4g}"
         if kind == "pct":
             return f"{float(v):+.{_DECIMALS['pct']}f}%"
         return f"{float(v):.{_DECIMALS.get(kind, 3)}f}"

@@ -184,7 +184,10 @@ def make_tables(
         return reader(p) if p is not None and Path(p).is_file() else None
 
     sched_df = maybe(sched, read_sched)
-    tables = build_tables(results, sched=sched_df, costs=maybe(costs, read_costs), options=options)
+    gains_df = maybe(Path(sched).with_name("sched_gains.csv"), read_sched) if sched is not None else None
+    tables = build_tables(
+        results, sched=sched_df, sched_gains=gains_df, costs=maybe(costs, read_costs), options=options
+    )
     out = TableOutputs(tables, {k: t.write(out_dir) for k, t in tables.items()})
     if not plot:
         return out

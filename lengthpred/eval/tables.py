@@ -244,11 +244,9 @@ def table_t4(df: pd.DataFrame, metric: str = "mae") -> Table:
     )
 
 
-# --- T5 scheduling: sched results CSV `policy, predictor, load, metric, value[, ci_low, ci_high]` -----
-SCHED_COLUMNS = ("policy", "predictor", "load", "metric", "value")
-_SCHED_ORDER = (
+# --- T5 scheduling: lengthpred/sched/experiment.py's sched_results.csv (+ sched_gains.csv) ----------------
+T5_METRICS = (
     "per_token_latency_mean",
-    "per_token_latency_p50",
     "per_token_latency_p99",
     "jct_mean",
     "ttft_mean",
@@ -256,61 +254,88 @@ _SCHED_ORDER = (
     "preemptions",
     "max_wait",
 )
+_SCHED_UP = ("throughput", "n_finished")
 
 
-def table_t5(sched: pd.DataFrame, key_metric: str = "per_token_latency_mean") -> Table:
-    """T5 scheduling: one row per load × policy × predictor; gain over FCFS and share of the oracle's gain."""
-    metrics = sorted(
-        sched["metric"].unique(), key=lambda m: (_SCHED_ORDER.index(m) if m in _SCHED_ORDER else 99, m)
-    )
-    cols = (
-        [Column("Load", None, "float"), Column("Policy"), Column("Predictor")]
-        + [Column(m, "up" if m == "throughput" else "down", "float") for m in metrics]
-        + [Column(f"{key_metric} gain vs FCFS", None, "pct"), Column("Share of oracle gain", None, "pct")]
-    )
-    idx = {
-        (float(r.load), str(r.policy), str(r.predictor), str(r.metric)): r
-        for r in sched.itertuples(index=False)
+def _sched_index(df: pd.DataFrame, hw: bool) -> dict[tuple, Any]:
+    return {
+        ((str(r.hardware),) if hw else ())
+        + (float(r.load), str(r.policy), str(r.predictor), str(r.metric)): r
+        for r in df.itertuples(index=False)
     }
-    has_ci = "ci_low" in sched.columns
+
+
+def _sched_cell(r: Any, kind: str = "sig", scale: float = 1.0) -> Cell | None:
+    if r is None:
+        return None
+    lo, hi = (getattr(r, "ci_low", None), getattr(r, "ci_high", None))
+    return Cell(_scaled(r.value, scale), _scaled(lo, scale), _scaled(hi, scale), kind)
+
+
+def _scaled(v: Any, scale: float) -> Any:
+    return v if v is None or is_undefined(v) else float(v) * scale
+
+
+def table_t5(
+    sched: pd.DataFrame,
+    gains: pd.DataFrame | None = None,
+    metrics: Sequence[str] = T5_METRICS,
+    key_metric: str = "per_token_latency_mean",
+) -> Table:
+    """T5 scheduling: one row per (hardware ×) load × policy × predictor; the gain over FCFS and the share of
+    the oracle's gain come from sched_gains.csv (paired over seeds, with CIs) or, without it, from the means."""
+    hw = "hardware" in sched.columns and sched["hardware"].nunique() > 1
+    present = [m for m in metrics if m in set(sched["metric"])]
+    cols = ([Column("Hardware")] if hw else []) + [
+        Column("Load", None, "float"),
+        Column("Policy"),
+        Column("Predictor"),
+    ]
+    cols += [Column(m, "up" if m in _SCHED_UP else "down", "sig") for m in present]
+    cols += [Column(f"Gain vs FCFS ({key_metric})", "up", "pct"), Column("Share of oracle gain", "up", "pct")]
+    idx = _sched_index(sched, hw)
+    gidx = _sched_index(gains, hw and "hardware" in gains.columns) if gains is not None else None
     rows = []
-    keys = sorted({(float(r.load), str(r.policy), str(r.predictor)) for r in sched.itertuples(index=False)})
-    for load, pol, pred in keys:
-        row: list[Any] = [Cell(load, kind="float"), pol, pred]
-        for m in metrics:
-            r = idx.get((load, pol, pred, m))
-            row.append(
-                None
-                if r is None
-                else Cell(r.value, r.ci_low if has_ci else None, r.ci_high if has_ci else None, "float")
-            )
-        fcfs = [
-            r.value
-            for (ld, p, _, m), r in idx.items()
-            if ld == load and p.lower() == "fcfs" and m == key_metric
-        ]
-        orac = [
-            r.value
-            for (ld, p, _, m), r in idx.items()
-            if ld == load and "oracle" in p.lower() and m == key_metric
-        ]
-        mine = idx.get((load, pol, pred, key_metric))
-        gain = share = None
-        if fcfs and mine is not None and fcfs[0]:
-            gain = Cell(100.0 * (fcfs[0] - mine.value) / fcfs[0], kind="pct")
-            if orac and fcfs[0] != min(orac):
-                share = Cell(100.0 * (fcfs[0] - mine.value) / (fcfs[0] - min(orac)), kind="pct")
-        rows.append(row + [gain, share])
+    for key in sorted({k[:-1] for k in idx}):
+        row: list[Any] = list(key[:-3]) + [Cell(key[-3], kind="float"), key[-2], key[-1]]
+        row += [_sched_cell(idx.get((*key, m))) for m in present]
+        if gidx is not None:
+            row += [
+                _sched_cell(gidx.get((*key, "gain_vs_fcfs")), "pct", 100.0),
+                _sched_cell(gidx.get((*key, "share_of_oracle")), "pct", 100.0),
+            ]
+        else:
+            row += _naive_gains(idx, key, key_metric)
+        rows.append(row)
     return Table(
         "T5",
         "Scheduling with predicted lengths",
         cols,
         rows,
         [
-            f"Gain: reduction of {key_metric} relative to FCFS at the same load; share: that reduction over "
-            "the oracle's (true lengths)."
+            f"Mean over seeds with 95% intervals. Gain: relative reduction of {key_metric} vs FCFS at the same "
+            "load; share: that reduction over the oracle's (true lengths)."
         ],
     )
+
+
+def _naive_gains(idx: dict[tuple, Any], key: tuple, metric: str) -> list[Cell | None]:
+    ctx, load = key[:-3], key[-3]
+    at = {
+        (k[-3], k[-2]): r.value for k, r in idx.items() if k[:-4] == ctx and k[-4] == load and k[-1] == metric
+    }
+    fcfs = [v for (p, _), v in at.items() if p.lower() == "fcfs"]
+    oracle = [v for (p, _), v in at.items() if p.lower().startswith("oracle")]
+    mine = idx.get((*key, metric))
+    if not fcfs or mine is None or not fcfs[0]:
+        return [None, None]
+    gain = Cell(100.0 * (fcfs[0] - mine.value) / fcfs[0], kind="pct")
+    share = (
+        Cell(100.0 * (fcfs[0] - mine.value) / (fcfs[0] - min(oracle)), kind="pct")
+        if oracle and fcfs[0] != min(oracle)
+        else None
+    )
+    return [gain, share]
 
 
 # --- T6 costs: costs file rows `head, n_parameters, extraction_overhead_pct, predict_latency_ms, ...` -
@@ -359,6 +384,7 @@ def build_tables(
     results: pd.DataFrame,
     *,
     sched: pd.DataFrame | None = None,
+    sched_gains: pd.DataFrame | None = None,
     costs: pd.DataFrame | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Table]:
@@ -372,7 +398,9 @@ def build_tables(
         "T4": table_t4(results, o.get("t4_metric", "mae")),
     }
     if sched is not None and len(sched):
-        tables["T5"] = table_t5(sched, o.get("t5_metric", "per_token_latency_mean"))
+        tables["T5"] = table_t5(
+            sched, sched_gains, o.get("t5_metrics", T5_METRICS), o.get("t5_metric", "per_token_latency_mean")
+        )
     if costs is not None and len(costs):
         tables["T6"] = table_t6(costs)
     return {k: t for k, t in tables.items() if t.rows}
