@@ -347,6 +347,9 @@ class NoiseCeiling:
     split_half_single: MetricValue
     split_half_mean_k: MetricValue
     extra: dict[str, Any] = field(default_factory=dict)
+    # bootstrap-over-prompts CIs keyed like `as_dict` (ceiling_loo, ceiling_pairwise_r, ceiling_single,
+    # ceiling_mean_k); empty unless noise_ceiling(n_boot > 0)
+    ci: dict[str, tuple[MetricValue, MetricValue]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, MetricValue]:
         return {
@@ -367,6 +370,8 @@ def noise_ceiling(
     n_splits: int = 20,
     max_pairs: int = 45,
     seed: int = 0,
+    n_boot: int = 0,
+    confidence: float = 0.95,
 ) -> NoiseCeiling:
     """Noise ceiling from per-prompt lists of sampled lengths (ragged allowed; prompts with < 2 samples
     are ignored). `k` is the number of samples averaged in the target (default: the median count)."""
@@ -423,4 +428,41 @@ def noise_ceiling(
         split_half_single=_sqrt(r1),
         split_half_mean_k=_sqrt(spearman_brown(r1, kk)),
         extra={"n_pairs": len(pairs), "n_splits": n_splits},
+        ci=_ceiling_ci(rows, kk, n_boot, seed, confidence, max_pairs) if n_boot > 0 else {},
     )
+
+
+def _ceiling_ci(
+    rows: list[np.ndarray], k: float, n_boot: int, seed: int, confidence: float, max_pairs: int
+) -> dict[str, tuple[MetricValue, MetricValue]]:
+    """Percentile CIs by resampling prompts, vectorised over replicates. Uses the rectangular part of the
+    data (prompts with at least the median number of samples, their first that many samples)."""
+    kc = int(np.median([r.size for r in rows]))
+    S = np.array([r[:kc] for r in rows if r.size >= kc])  # [n, kc]
+    if S.shape[0] < 3:
+        return {}
+    rng = np.random.default_rng(seed + 1)
+    pairs = [(a, b) for a in range(kc) for b in range(a + 1, kc)]
+    if len(pairs) > max_pairs:
+        pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), max_pairs, replace=False))]
+    sp = METRICS.get("spearman")
+    reps: dict[str, list[np.ndarray]] = {"ceiling_pairwise_r": [], "ceiling_loo": []}
+    for idx in _resample_blocks(S.shape[0], n_boot, seed + 1):
+        B = S[idx]  # [b, n, kc]
+        reps["ceiling_pairwise_r"].append(
+            np.nanmean([sp.on_rows(B[:, :, a], B[:, :, c]) for a, c in pairs], axis=0)
+        )
+        rest = (B.sum(axis=2, keepdims=True) - B) / (kc - 1)  # mean of the other samples
+        reps["ceiling_loo"].append(
+            np.nanmean([sp.on_rows(B[:, :, j], rest[:, :, j]) for j in range(kc)], axis=0)
+        )
+    r = np.concatenate(reps["ceiling_pairwise_r"])
+    with np.errstate(invalid="ignore"):
+        rpos = np.where(r > 0, r, np.nan)
+        draws = {
+            "ceiling_pairwise_r": r,
+            "ceiling_loo": np.concatenate(reps["ceiling_loo"]),
+            "ceiling_single": np.sqrt(np.minimum(rpos, 1.0)),
+            "ceiling_mean_k": np.sqrt(k * rpos / (1.0 + (k - 1.0) * rpos)),
+        }
+    return {name: _percentile_ci(v, confidence) for name, v in draws.items()}

@@ -157,3 +157,17 @@ def test_bad_inputs_are_named():
         evaluate([1, 2, np.nan], [1, 2, 3])
     with pytest.raises(ConfigError, match="valid: .*spearman"):
         evaluate([1, 2], [1, 2], ["spearmann"])
+
+
+def test_noise_ceiling_bootstrap_ci_covers_estimate_and_truth():
+    rng = np.random.default_rng(7)
+    mu = rng.normal(0, 1, 400)
+    samples = mu[:, None] + rng.normal(0, 1, (400, 4))
+    nc = noise_ceiling(samples, n_boot=300, seed=0)
+    truth = stats.spearmanr(mu, samples.mean(axis=1)).statistic
+    for name in ("ceiling_loo", "ceiling_pairwise_r", "ceiling_single", "ceiling_mean_k"):
+        lo, hi = nc.ci[name]
+        assert lo <= nc.as_dict()[name] <= hi, name
+    lo, hi = nc.ci["ceiling_mean_k"]
+    assert lo <= truth <= hi and hi - lo < 0.1
+    assert noise_ceiling(samples).ci == {}  # n_boot=0: no CI computed

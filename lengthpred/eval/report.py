@@ -136,7 +136,9 @@ def evaluate_run(
     assert prov is not None
     if reference is not None and Path(reference).is_file():
         samples = read_reference_samples(reference)
-        c = ceiling_rows(samples, split_ids, prov, k=n_samples, seed=seed)
+        c = ceiling_rows(
+            samples, split_ids, prov, k=n_samples, seed=seed, n_boot=n_boot, confidence=confidence
+        )
         c["source"] = str(reference)
         frames.append(c)
     if splits_json is not None and Path(splits_json).is_file():

@@ -156,15 +156,22 @@ def ceiling_rows(
     *,
     k: Mapping[str, float] | None = None,
     seed: int = 0,
+    n_boot: int = 0,
+    confidence: float = 0.95,
 ) -> pd.DataFrame:
     """Noise-ceiling rows (head `noise_ceiling`) for each split from per-id sampled lengths."""
     rows = []
+    memo: dict[tuple, Any] = {}
     for split in sorted(split_ids):
         ids = sorted(set(split_ids[split]))
         lists = [samples[i] for i in ids if i in samples]
-        nc = noise_ceiling(lists, k=(k or {}).get(split), seed=seed)
+        key = (tuple(ids), (k or {}).get(split))  # cross splits reuse their target's test ids: compute once
+        if key not in memo:
+            memo[key] = noise_ceiling(lists, k=key[1], seed=seed, n_boot=n_boot, confidence=confidence)
+        nc = memo[key]
         for name, v in nc.as_dict().items():
-            rows.append(result_row(prov, CEILING_HEAD, split, name, v, None, None, nc.n_prompts))
+            lo, hi = nc.ci.get(name, (None, None))
+            rows.append(result_row(prov, CEILING_HEAD, split, name, v, lo, hi, nc.n_prompts))
     return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
 
 

@@ -107,7 +107,7 @@ def _ceiling(ix: _Index, split: str) -> Cell | None:
     for m in (*order, "ceiling_single", "ceiling_loo"):
         c = ix.cell(CEILING_HEAD, split, m, "corr")
         if c is not None:
-            return Cell(c.value, kind="corr")
+            return c
     return None
 
 
