@@ -135,3 +135,18 @@ def test_unfitted_predict_and_partial_fit_start():
         RLSRegressor().predict(X)
     m = RLSRegressor(alpha=1.0).partial_fit(X, y)  # first batch = offline fit
     np.testing.assert_allclose(m.theta_, RLSRegressor(alpha=1.0).fit(X, y).theta_)
+
+
+def test_gil_free_blas_matches_scipy():
+    from scipy.linalg import blas
+
+    from lengthpred.online import _blas
+
+    rng = np.random.default_rng(7)
+    A = rng.normal(size=(9, 9))
+    A = np.asfortranarray(A @ A.T)
+    u = rng.normal(size=9)
+    assert _blas.GIL_FREE
+    np.testing.assert_allclose(_blas.symv(A, u), blas.dsymv(1.0, A, u), rtol=1e-12)
+    ref = blas.dsyr(-0.3, u, a=A.copy(order="F"))
+    np.testing.assert_allclose(np.triu(_blas.syr(-0.3, u, A)), np.triu(ref), rtol=1e-12)

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 from safetensors.numpy import load_file, save_file
-from scipy.linalg import blas
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.online import _blas
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class RLSRegressor:
 
     def _step(self, z: np.ndarray, t: float) -> None:
         lam = float(self.forgetting)
-        u = self._c * blas.dsymv(1.0, self._M, z)  # P z
+        u = self._c * _blas.symv(self._M, z)  # P z
         s = lam + float(z @ u)
         if not (np.isfinite(s) and s > 0):
             self._reset_P()
@@ -165,7 +165,7 @@ class RLSRegressor:
         err = t - float(self.theta_ @ z)
         self.theta_ += (err / s) * u
         # P ← (P − u uᵀ/s)/λ  with P = cM:  M ← M − u uᵀ/(c s),  c ← c/λ
-        self._M = blas.dsyr(-1.0 / (self._c * s), u, a=self._M, overwrite_a=1)
+        self._M = _blas.syr(-1.0 / (self._c * s), u, self._M)
         self._c /= lam
         self.n_samples_seen_ += 1
         self.n_updates_ += 1
