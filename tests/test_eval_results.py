@@ -106,6 +106,18 @@ def test_rerun_supersedes_older_predictions(experiment, tmp_path):
     assert _get(res, "linear", "indomain/chat/test", "mae").value == 0.0
 
 
+def test_parameter_counts_come_from_the_runs_metrics_json(experiment, tmp_path):
+    root = tmp_path / "exp"
+    shutil.copytree(experiment, root)
+    run = root / "runs" / "r1"
+    df = pd.read_parquet(run / "predictions.parquet").drop(columns=["n_parameters"])
+    df.to_parquet(run / "predictions.parquet")
+    (run / "metrics.json").write_text('{"head": "linear", "n_parameters": 1153, "spearman": 0.5}')
+    res = _evaluate(root, n_boot=0)
+    assert _get(res, "linear", "indomain/code/test", "n_parameters").value == 1153
+    assert res[(res["head"] == "constant") & (res["metric"] == "n_parameters")].empty
+
+
 def test_bad_predictions_file_is_named(tmp_path):
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)

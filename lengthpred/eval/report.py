@@ -83,6 +83,37 @@ def paired_rows(
     return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
 
 
+def attach_n_parameters(df: pd.DataFrame, pred_file: Path) -> pd.DataFrame:
+    """Add an `n_parameters` column from the run's `metrics.json` beside the predictions file, when it has one:
+    `{"head": h, "n_parameters": n}` (scripts/train.py: one head per run), `{"n_parameters": n}` (every head
+    of the file) or `{h: {"n_parameters": n}, ...}`."""
+    if "n_parameters" in df.columns:
+        return df
+    path = pred_file.parent / "metrics.json"
+    if not path.is_file():
+        return df
+    try:
+        blob = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        log.warning("evaluate: %s is not valid JSON; parameter counts skipped", path)
+        return df
+    if not isinstance(blob, dict):
+        return df
+    if "n_parameters" in blob:
+        counts = (
+            {str(blob["head"]): blob["n_parameters"]}
+            if "head" in blob
+            else dict.fromkeys(df["head"], blob["n_parameters"])
+        )
+    else:
+        counts = {
+            h: v["n_parameters"] for h, v in blob.items() if isinstance(v, dict) and "n_parameters" in v
+        }
+    if not counts:
+        return df
+    return df.assign(n_parameters=[counts.get(h) for h in df["head"]])
+
+
 def latest_file_per_group(loaded: Sequence[tuple[Path, pd.DataFrame]]) -> dict[tuple[str, str], Path]:
     """(head, split) → the last file (path order: run dirs are timestamps) holding it, so a rerun supersedes."""
     latest: dict[tuple[str, str], Path] = {}
@@ -121,6 +152,7 @@ def evaluate_run(
             log.warning("evaluate: %s superseded by newer runs of the same heads and splits; skipped", f)
             continue
         prov = provenance_for(f, Path(root), fallback_cfg)
+        df = attach_n_parameters(df, f)
         scored = score_predictions(
             df, prov, metrics, n_boot=n_boot, seed=seed, confidence=confidence, params=params
         )

@@ -140,7 +140,7 @@ def score_predictions(
         rows.append(
             result_row(prov, head, split, "n_samples", float(g["n_samples"].mean()), None, None, len(g))
         )
-        if "n_parameters" in g.columns:
+        if "n_parameters" in g.columns and pd.notna(g["n_parameters"].iloc[0]):
             rows.append(
                 result_row(
                     prov, head, split, "n_parameters", float(g["n_parameters"].iloc[0]), None, None, len(g)
