@@ -40,7 +40,7 @@ def test_jsonl_lists_stat_and_domains(tmp_path):
     p = _write_jsonl(tmp_path / "t.jsonl", _rows(40))
     cfg = _cfg(tmp_path, train_path=str(p), domain_field="task", length_stat="max")
     out = prepare(cfg)
-    ds, splits = load_prompts(cfg.data, cfg.paths.data_dir), load_splits(cfg.data, cfg.paths.data_dir)
+    ds, splits = load_prompts(cfg.data), load_splits(cfg.data)
     assert out.name == "trace" and len(ds) == 40
     row = next(r for r in ds if r["messages"][0]["content"] == "question 3")
     assert row["lengths"] == [13, 23] and row["length"] == 23.0 and row["domain"] == "a"

@@ -36,15 +36,19 @@ FEATURES = Features({
 
 
 def splits_dir(data_cfg: DictConfig, data_dir: str | Path | None = None) -> Path:
-    base = resolve(data_dir) if data_dir is not None else DATA_DIR
-    return base / "splits" / str(data_cfg.name)
+    """`<data_dir>/splits/<name>`; without data_dir, `data.out_dir` (= `${paths.data_dir}/splits/<name>`)."""
+    if data_dir is not None:
+        return resolve(data_dir) / "splits" / str(data_cfg.name)
+    if data_cfg.get("out_dir"):
+        return resolve(str(data_cfg.out_dir))
+    return DATA_DIR / "splits" / str(data_cfg.name)
 
 
 def config_hash(data_cfg: DictConfig) -> str:
     """Hash of the data config minus where the files live (same data on another machine, same hash)."""
     c = OmegaConf.to_container(data_cfg, resolve=True)
-    c.pop("root", None)
-    c.pop("fetch", None)
+    for k in ("root", "fetch", "out_dir"):  # where things live, not what they are
+        c.pop(k, None)
     return hashlib.sha1(json.dumps(c, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -119,13 +123,13 @@ def build_from_sources(data_cfg: DictConfig) -> tuple[list[Record], dict[str, An
 def prepare(cfg: DictConfig, force: bool = False) -> Path:
     """Build and save `${paths.data_dir}/splits/<data.name>/`; skipped when built with the same config."""
     data_cfg = cfg.data
-    out = splits_dir(data_cfg, cfg.paths.get("data_dir"))
+    out = splits_dir(data_cfg)
     h = config_hash(data_cfg)
     stamp = out / "config_hash.txt"
     if not force and stamp.is_file() and stamp.read_text().strip() == h and (out / "splits.json").is_file():
         log.info("data %s already built with config %s: %s", data_cfg.name, h, out)
-        records = load_prompts(data_cfg, cfg.paths.get("data_dir"))
-        splits = load_splits(data_cfg, cfg.paths.get("data_dir"))
+        records = load_prompts(data_cfg)
+        splits = load_splits(data_cfg)
         print(format_table(summary_rows(splits, {r["id"]: r for r in records})))
         return out
     if data_cfg.get("kind", "sources") == "trace":
@@ -146,12 +150,14 @@ def prepare(cfg: DictConfig, force: bool = False) -> Path:
     stamp.write_text(h + "\n")
     by_id = {r["id"]: r for r in records}
     print(format_table(summary_rows(splits, by_id)))
-    print(f"{len(records)} prompts; dropped {json.dumps(splits['meta'].get('dropped', {}))}; wrote {out}")
+    meta = splits["meta"]
+    print(f"{len(records)} prompts; left out: {json.dumps(meta.get('dropped', {}))}; "
+          f"bad input skipped: {json.dumps(meta.get('bad_input_skipped', {}))}; wrote {out}")
     return out
 
 
 def load_prompts(data_cfg: DictConfig, data_dir: str | Path | None = None) -> Dataset:
-    """The prompt table (one row per unique prompt) of a prepared data config."""
+    """The prompt table (one row per unique prompt) of a prepared data config (`data.out_dir`)."""
     p = splits_dir(data_cfg, data_dir) / "prompts"
     if not p.is_dir():
         raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg.name}` first")

@@ -35,15 +35,24 @@ def length_stat(name: str) -> Callable[[Sequence[int]], float]:
     return LENGTH_STATS[name]
 
 
+def _locate(spec: str) -> Path:
+    """A relative path means the working directory when something is there, else the repo root."""
+    p = Path(spec).expanduser()
+    if p.is_absolute():
+        return p
+    here = Path.cwd() / p
+    return here if here.exists() or glob.glob(str(here)) else resolve(spec)
+
+
 def expand_paths(spec: str | Sequence[str] | None, what: str) -> list[Path]:
     """A path, a glob, or a list of either → existing files (a pattern that matches nothing is an error)."""
     if spec is None:
         return []
     specs = list(spec) if isinstance(spec, list | tuple | ListConfig) else [spec]
     out: list[Path] = []
-    for s in specs:
-        p = resolve(str(s))
-        if any(ch in str(s) for ch in "*?["):
+    for s in map(str, specs):
+        p = _locate(s)
+        if any(ch in s for ch in "*?["):
             hits = sorted(Path(h) for h in glob.glob(str(p)))
             if not hits:
                 raise DataError(f"{what}={s}: no file matches")
