@@ -44,9 +44,10 @@ def test_jsonl_lists_stat_and_domains(tmp_path):
     assert out.name == "trace" and len(ds) == 40
     row = next(r for r in ds if r["messages"][0]["content"] == "question 3")
     assert row["lengths"] == [13, 23] and row["length"] == 23.0 and row["domain"] == "a"
-    parts = splits["indomain"]["all"]
-    assert len(parts["train"]) + len(parts["val"]) + len(parts["test"]) == 40
-    assert {"a", "b"} <= set(splits["indomain"]) and {p["name"] for p in splits["cross"]} >= {"a->b", "b->a"}
+    assert set(splits["indomain"]) == {"a", "b"}  # per-domain parts partition the trace; no "all" beside them
+    ids = [i for parts in splits["indomain"].values() for part in parts.values() for i in part]
+    assert sorted(ids) == sorted(ds["id"])
+    assert {p["name"] for p in splits["cross"]} >= {"a->b", "b->a", "mix->a"}
 
 
 def test_test_path_duplicates_removed_and_counted(tmp_path):

@@ -189,17 +189,16 @@ def build_from_trace(data_cfg: DictConfig) -> tuple[list[Record], dict[str, Any]
     if not records:
         raise DataError(f"data.train_path={data_cfg.train_path}: no usable records")
     by_id = {r["id"]: r for r in records}
-    indomain: dict[str, dict[str, list[str]]] = {"all": {"train": tr_va["train"], "val": tr_va["val"],
-                                                         "test": test_ids}}
+    tr, n_rm = dedup_train(tr_va["train"], test_ids, by_id)
+    whole = {"train": tr, "val": tr_va["val"], "test": test_ids}
     domains = sorted({r["domain"] for r in records})
     pairs: list[dict[str, Any]] = []
     if data_cfg.get("domain_field") and len(domains) > 1:
-        for d in domains:
-            indomain[d] = {k: [i for i in v if by_id[i]["domain"] == d] for k, v in indomain["all"].items()}
-        per_dom = {d: indomain[d] for d in domains}
-        pairs, _ = cross_pairs(per_dom, by_id, mix=bool(data_cfg.get("cross_mix", True)))
-    tr, n_rm = dedup_train(indomain["all"]["train"], indomain["all"]["test"], by_id)
-    indomain["all"]["train"] = tr
+        # per-domain parts partition the whole (no "all" beside them: pooling the domains gives it)
+        indomain = {d: {k: [i for i in v if by_id[i]["domain"] == d] for k, v in whole.items()} for d in domains}
+        pairs, _ = cross_pairs(indomain, by_id, mix=bool(data_cfg.get("cross_mix", True)))
+    else:
+        indomain = {"all": whole}
     splits = {
         "indomain": indomain,
         "cross": pairs,
