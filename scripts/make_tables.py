@@ -34,6 +34,7 @@ def main(cfg: DictConfig) -> None:
             latencies=newest(root, e.inputs.latencies),
             curves=[curves] if curves else [],
             costs=newest(root, e.inputs.costs),
+            online_summary=newest(root, e.inputs.online_summary),
             predictions_root=resolve(e.input_dir),
             options=OmegaConf.to_container(e.tables, resolve=True),
             plot=bool(e.plots),

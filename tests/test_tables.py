@@ -159,3 +159,21 @@ def test_scripts_evaluate_then_make_tables(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "**T1. In-domain" in out and "**T3. Online adaptation" in out and "**T5." not in out
     assert sorted(p.name for p in (root / "tables").glob("*.md")) == [f"T{i}.md" for i in range(1, 7)]
+
+
+def test_t6_costs_merge_results_online_summary_and_costs_file(tmp_path):
+    from lengthpred.eval.inputs import read_costs
+    from lengthpred.eval.tables import assemble_costs, table_t6
+
+    results = pd.DataFrame(
+        [{"head": "linear", "split": "indomain/a/test", "metric": "n_parameters", "value": 577.0}]
+    )
+    summary = pd.DataFrame({"pair": ["a->b", "b->a"], "head": ["rls@1.0"] * 2, "update_ms": [0.2, 0.4]})
+    costs = assemble_costs(results, read_costs(write_costs(tmp_path / "costs.json")), summary)
+    by_head = costs.set_index("head")
+    assert (
+        by_head.at["linear", "extraction_overhead_pct"] == 8.0 and by_head.at["linear", "n_parameters"] == 577
+    )
+    assert by_head.at["rls@1.0", "update_latency_ms"] == pytest.approx(0.3)
+    md = table_t6(costs).to_markdown()
+    assert "Update latency (ms) ↓" in md and "| rls@1.0 | — | — | — | 0.300 |" in md

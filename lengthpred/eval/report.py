@@ -205,6 +205,7 @@ def make_tables(
     latencies: str | Path | None = None,
     curves: Sequence[str | Path] = (),
     costs: str | Path | None = None,
+    online_summary: str | Path | None = None,
     predictions_root: str | Path | None = None,
     options: Mapping[str, Any] | None = None,
     plot: bool = True,
@@ -220,7 +221,12 @@ def make_tables(
     sched_df = maybe(sched, read_sched)
     gains_df = maybe(Path(sched).with_name("sched_gains.csv"), read_sched) if sched is not None else None
     tables = build_tables(
-        results, sched=sched_df, sched_gains=gains_df, costs=maybe(costs, read_costs), options=options
+        results,
+        sched=sched_df,
+        sched_gains=gains_df,
+        costs=maybe(costs, read_costs),
+        online_summary=maybe(online_summary, pd.read_csv),
+        options=options,
     )
     out = TableOutputs(tables, {k: t.write(out_dir) for k, t in tables.items()})
     if not plot:

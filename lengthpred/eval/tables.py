@@ -347,6 +347,30 @@ COST_COLUMNS = {
 }
 
 
+def assemble_costs(
+    results: pd.DataFrame, costs: pd.DataFrame | None = None, online_summary: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One row per head: parameter counts from results, update latency (mean over pairs) from the online
+    stage's summary.csv (`head`, `update_ms`), then a costs file's columns (it wins where both exist)."""
+    rows: dict[str, dict[str, Any]] = {}
+    npar = results[(results["metric"] == "n_parameters") & results["value"].map(lambda v: v is not None)]
+    for r in npar.sort_values(["head", "split"]).itertuples(index=False):
+        rows.setdefault(r.head, {"head": r.head, "n_parameters": float(r.value)})
+    if online_summary is not None and {"head", "update_ms"} <= set(online_summary.columns):
+        for h, g in online_summary.groupby("head", sort=True):
+            ms = pd.to_numeric(g["update_ms"], errors="coerce").dropna()
+            if len(ms):
+                rows.setdefault(str(h), {"head": str(h)})["update_latency_ms"] = float(ms.mean())
+    if costs is not None:
+        for r in costs.to_dict("records"):
+            rows.setdefault(str(r["head"]), {"head": str(r["head"])}).update(
+                {k: v for k, v in r.items() if k != "head" and not (v is None or pd.isna(v))}
+            )
+    if not rows:
+        return pd.DataFrame(columns=["head"])
+    return pd.DataFrame([rows[h] for h in sorted(rows)])
+
+
 def table_t6(costs: pd.DataFrame) -> Table:
     """T6 costs: one row per head; known columns first, any other numeric column after."""
     known = [c for c in COST_COLUMNS if c in costs.columns]
@@ -386,6 +410,7 @@ def build_tables(
     sched: pd.DataFrame | None = None,
     sched_gains: pd.DataFrame | None = None,
     costs: pd.DataFrame | None = None,
+    online_summary: pd.DataFrame | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Table]:
     """Every table its inputs allow, keyed T1…T6; a table with no rows is left out."""
@@ -401,6 +426,7 @@ def build_tables(
         tables["T5"] = table_t5(
             sched, sched_gains, o.get("t5_metrics", T5_METRICS), o.get("t5_metric", "per_token_latency_mean")
         )
-    if costs is not None and len(costs):
-        tables["T6"] = table_t6(costs)
+    cost_rows = assemble_costs(results, costs, online_summary)
+    if len(cost_rows):
+        tables["T6"] = table_t6(cost_rows)
     return {k: t for k, t in tables.items() if t.rows}
