@@ -85,3 +85,13 @@ def test_callable_completion_validated():
         CallableCompletion(lambda y: (np.arange(len(y)), np.arange(len(y)) - 1.0)).schedule(np.ones(3))
     with pytest.raises(ConfigError):
         HeadSpec(StaticReadout(), fit_on="target")
+
+
+def test_scheduler_completion_from_sched_simulator():
+    from lengthpred.online.completion import SchedulerCompletion
+
+    lengths = np.array([200.0, 20.0, 50.0, 120.0, 10.0, 80.0])
+    arr, done = SchedulerCompletion(arrival_rate=1.0, prompt_tokens=64).schedule(lengths)
+    assert arr.shape == done.shape == (6,)
+    ok = np.isfinite(done)
+    assert ok.any() and (done[ok] > arr[ok]).all()

@@ -1,7 +1,12 @@
 """Online adaptation of the linear readout: RLS from completed requests, baselines, stream runner, service."""
 
 from lengthpred.online.baselines import NLMSRegressor, SlidingWindowRidge, StaticReadout
-from lengthpred.online.completion import CallableCompletion, InstantCompletion, ServingCompletion
+from lengthpred.online.completion import (
+    CallableCompletion,
+    InstantCompletion,
+    SchedulerCompletion,
+    ServingCompletion,
+)
 from lengthpred.online.rls import RLSRegressor
 from lengthpred.online.stream import HeadSpec, StreamData, StreamResult, gain_over_static, run_stream
 
@@ -11,6 +16,7 @@ __all__ = [
     "InstantCompletion",
     "NLMSRegressor",
     "RLSRegressor",
+    "SchedulerCompletion",
     "ServingCompletion",
     "SlidingWindowRidge",
     "StaticReadout",

@@ -77,3 +77,45 @@ class CallableCompletion:
                 "completion function must return arrival/done arrays, one per request, done >= arrival"
             )
         return arrival, done
+
+
+class SchedulerCompletion:
+    """Completion times from the scheduling simulator (`lengthpred.sched.simulate`): continuous batching on
+    a hardware profile under a policy, Poisson arrivals at `arrival_rate`, `prompt_tokens` per prompt.
+
+    A request the simulator never finishes (rejected, or past its horizon) is never revealed.
+    """
+
+    def __init__(
+        self,
+        hardware: str = "cpu-smollm2-135m",
+        policy: str = "fcfs",
+        arrival_rate: float = 0.5,
+        prompt_tokens: int = 256,
+        seed: int = 0,
+    ) -> None:
+        self.hardware = hardware
+        self.policy = policy
+        self.arrival_rate = arrival_rate
+        self.prompt_tokens = prompt_tokens
+        self.seed = seed
+
+    def schedule(self, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        import warnings
+
+        from lengthpred.sched.hardware import get_profile
+        from lengthpred.sched.policies import make_policy
+        from lengthpred.sched.simulator import simulate
+        from lengthpred.sched.workload import Workload, arrival_times
+
+        rng = np.random.default_rng(self.seed)
+        n = len(lengths)
+        out = np.maximum(np.rint(np.asarray(lengths, dtype=np.float64)), 1).astype(np.int64)
+        wl = Workload(
+            arrival_times(n, float(self.arrival_rate), rng=rng), np.full(n, int(self.prompt_tokens)), out
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an overloaded server is a legitimate (late-completion) stream
+            res = simulate(wl, get_profile(self.hardware), make_policy(self.policy), seed=self.seed)
+        done = np.where(np.isfinite(res.finish), res.finish, np.inf)
+        return res.arrival, done

@@ -98,7 +98,11 @@ def run_stream(
     arrival, done = completion.schedule(data.y_stream)
     n = len(data.y_stream)
     # events by time; at equal times an arrival precedes a completion (a request is predicted first)
-    events = sorted([(a, 0, i) for i, a in enumerate(arrival)] + [(c, 1, i) for i, c in enumerate(done)])
+    # a request whose completion time is not finite (the scheduler never finished it) is never revealed
+    events = sorted(
+        [(a, 0, i) for i, a in enumerate(arrival)] + [(c, 1, i) for i, c in enumerate(done) if np.isfinite(c)]
+    )
+    n_revealable = sum(1 for c in done if np.isfinite(c))
     preds = {h: np.full(n, np.nan) for h in heads}
     revealed: list[int] = []
     update_s = dict.fromkeys(heads, 0.0)
@@ -134,7 +138,7 @@ def run_stream(
                 spec.estimator.partial_fit(x, data.y_stream[i : i + 1])
                 update_s[h] += time.perf_counter() - t0
         revealed.append(i)
-        if len(revealed) % record_every == 0 or len(revealed) == n:
+        if len(revealed) % record_every == 0 or len(revealed) == n_revealable:
             record(t)
 
     curves = pd.DataFrame(rows).drop_duplicates(subset=["head", "n_updates"], keep="last")
