@@ -13,7 +13,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.cli import stage
-from lengthpred.eval.report import evaluate_run
+from lengthpred.eval.report import evaluate_run, headline
 from lengthpred.eval.results import write_results
 from lengthpred.paths import resolve
 from lengthpred.tracking import tracked
@@ -40,6 +40,7 @@ def main(cfg: DictConfig) -> None:
         path = write_results(results, resolve(e.results_file))
         shown = results.drop(columns=["source"], errors="ignore").astype(str)
         tracker.log_table("results", list(shown.columns), shown.values.tolist())
+        tracker.summary(headline(results))
     heads, splits = results["head"].nunique(), results["split"].nunique()
     print(f"evaluate: {len(results)} rows ({heads} heads x {splits} splits) -> {path}")
 

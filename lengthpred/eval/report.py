@@ -32,7 +32,7 @@ from lengthpred.eval.results import (
     shift_rows,
 )
 from lengthpred.eval.tables import ONLINE_HEADS, build_tables
-from lengthpred.metrics import paired_bootstrap
+from lengthpred.metrics import is_undefined, paired_bootstrap
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,16 @@ def evaluate_run(
     out = pd.concat([f for f in frames if len(f)], ignore_index=True)
     check_consistent(out, what="results file")
     return out
+
+
+def headline(results: pd.DataFrame, metrics: Sequence[str] = ("spearman", "mae")) -> dict[str, float | str]:
+    """`<head>/<split>/<metric>` → value for the W&B run summary (undefined values as the string)."""
+    r = results[results["metric"].isin(metrics)]
+    return {
+        f"{h}/{s}/{m}": (str(v) if is_undefined(v) else float(v))
+        for h, s, m, v in zip(r["head"], r["split"], r["metric"], r["value"], strict=True)
+        if v is not None
+    }
 
 
 def newest(root: str | Path, pattern: str | None) -> Path | None:
