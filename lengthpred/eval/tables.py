@@ -164,13 +164,25 @@ def table_t2(df: pd.DataFrame, metric: str = "spearman", part: str = "test") -> 
     return Table("T2", f"Cross-domain {_LABEL.get(metric, metric)}", cols, rows, notes)
 
 
+def _online_order(head: str) -> tuple[int, float, str]:
+    """RLS heads first (λ descending), then the other online baselines, then the upper bounds."""
+    if head.startswith("rls"):
+        try:
+            return 0, -float(head.split("@", 1)[1]), head
+        except (IndexError, ValueError):
+            return 0, 0.0, head
+    return (2 if head.startswith(("oracle", "indomain")) else 1), 0.0, head
+
+
 def table_t3(
     df: pd.DataFrame, metric: str = "spearman", baseline: str = "static", part: str = "test"
 ) -> Table:
     """T3 online adaptation: per cross pair, shift size, the baseline and each online head, the gain."""
     ix = _Index(df)
     cross = [s for s in ix.splits("cross", part) if (baseline, s, metric) in ix.rows]
-    online = [h for h in ix.heads(cross) if re.match(ONLINE_HEADS, h) and h != baseline]
+    online = sorted(
+        (h for h in ix.heads(cross) if re.match(ONLINE_HEADS, h) and h != baseline), key=_online_order
+    )
     kind = _KIND.get(metric, "float")
     cols = (
         [Column("Pair"), Column("Shift", None, "float"), Column(baseline, _direction(metric), kind)]
