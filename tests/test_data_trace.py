@@ -108,3 +108,21 @@ def test_castillo_as_a_user_reads_it(tmp_path):
     recs, splits = build_from_trace(cfg.data)
     assert len(recs) == 195 and all(len(r["lengths"]) == 10 for r in recs)
     assert recs[0]["length_model"] == "castillo:meta-llama--Llama-3.1-8B-Instruct"
+
+
+def test_reference_trace_adds_served_shift_and_column(tmp_path, capsys):
+    p = _write_jsonl(tmp_path / "t.jsonl", _rows(80))  # ≥ 5 test prompts per domain
+    cfg = _cfg(tmp_path, train_path=str(p), domain_field="task")
+    prepare(cfg)
+    ids = load_prompts(cfg.data)["id"]
+    ref = tmp_path / "data" / "reference" / cfg.model.name / "trace.jsonl"
+    ref.parent.mkdir(parents=True)
+    ref.write_text("".join(json.dumps({"id": i, "sample": 0, "length": 5 + k}) + "\n" for k, i in enumerate(ids)))
+    capsys.readouterr()
+    prepare(cfg)  # the trace changes the hash, so this rebuilds
+    assert "served_len" in capsys.readouterr().out
+    splits = load_splits(cfg.data)
+    assert all(p["shift"]["served_length_wasserstein"] >= 0 for p in splits["cross"])
+    ref.write_text('{"id": "x"}\n')
+    with pytest.raises(DataError, match="trace.jsonl:1: reference trace row needs id and length"):
+        prepare(cfg)

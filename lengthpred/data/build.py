@@ -18,8 +18,15 @@ from lengthpred.data.readers import BadInputLog
 from lengthpred.data.records import COLUMNS
 from lengthpred.data.select import build_pools, select_domain
 from lengthpred.data.sources import SOURCES
-from lengthpred.data.splits import cot_variants, cross_pairs, forelen, split_ids
-from lengthpred.data.summary import format_table, summary_rows
+from lengthpred.data.splits import (
+    cot_variants,
+    cross_pairs,
+    forelen,
+    served_length_shift,
+    split_ids,
+    update_shifts,
+)
+from lengthpred.data.summary import format_table, reference_lengths, summary_rows
 from lengthpred.data.trace import length_stat
 from lengthpred.errors import DataError
 from lengthpred.paths import DATA_DIR, resolve
@@ -120,17 +127,34 @@ def build_from_sources(data_cfg: DictConfig) -> tuple[list[Record], dict[str, An
     return records, splits
 
 
+def reference_trace(cfg: DictConfig) -> Path | None:
+    """`${paths.data_dir}/reference/<model.name>/<data.name>.jsonl` when the generate stage committed one."""
+    model = (cfg.get("model") or {}).get("name")
+    if not model or not cfg.paths.get("data_dir"):
+        return None
+    p = resolve(str(cfg.paths.data_dir)) / "reference" / str(model) / f"{cfg.data.name}.jsonl"
+    return p if p.is_file() else None
+
+
 def prepare(cfg: DictConfig, force: bool = False) -> Path:
-    """Build and save `${paths.data_dir}/splits/<data.name>/`; skipped when built with the same config."""
+    """Build and save `${paths.data_dir}/splits/<data.name>/`; skipped when built with the same config.
+
+    When the serving model's reference trace exists, its lengths add `served_length_wasserstein` to every
+    cross pair's shift and a served-length column to the summary (the trace's bytes enter the hash).
+    """
     data_cfg = cfg.data
     out = splits_dir(data_cfg)
+    ref_path = reference_trace(cfg)
+    served = reference_lengths(ref_path) if ref_path else None
     h = config_hash(data_cfg)
+    if ref_path:
+        h = hashlib.sha1((h + hashlib.sha1(ref_path.read_bytes()).hexdigest()).encode()).hexdigest()[:12]
     stamp = out / "config_hash.txt"
     if not force and stamp.is_file() and stamp.read_text().strip() == h and (out / "splits.json").is_file():
         log.info("data %s already built with config %s: %s", data_cfg.name, h, out)
         records = load_prompts(data_cfg)
         splits = load_splits(data_cfg)
-        print(format_table(summary_rows(splits, {r["id"]: r for r in records})))
+        print(format_table(summary_rows(splits, {r["id"]: r for r in records}, served)))
         return out
     if data_cfg.get("kind", "sources") == "trace":
         from lengthpred.data.trace import build_from_trace
@@ -138,6 +162,9 @@ def prepare(cfg: DictConfig, force: bool = False) -> Path:
         records, splits = build_from_trace(data_cfg)
     else:
         records, splits = build_from_sources(data_cfg)
+    if served is not None:
+        update_shifts(splits, served_length_shift(served))
+        splits["meta"]["reference_trace"] = str(ref_path)
     splits["meta"]["config_hash"] = h
     splits["meta"]["name"] = str(data_cfg.name)
     out.mkdir(parents=True, exist_ok=True)
@@ -149,7 +176,7 @@ def prepare(cfg: DictConfig, force: bool = False) -> Path:
     (out / "splits.json").write_text(json.dumps(splits, indent=1, sort_keys=False))
     stamp.write_text(h + "\n")
     by_id = {r["id"]: r for r in records}
-    print(format_table(summary_rows(splits, by_id)))
+    print(format_table(summary_rows(splits, by_id, served)))
     meta = splits["meta"]
     print(f"{len(records)} prompts; left out: {json.dumps(meta.get('dropped', {}))}; "
           f"bad input skipped: {json.dumps(meta.get('bad_input_skipped', {}))}; wrote {out}")

@@ -130,3 +130,16 @@ def update_shifts(splits: dict[str, Any], fn: ShiftFn) -> dict[str, Any]:
     for pair in splits["cross"]:
         pair["shift"].update(fn(pair["train"], pair["test"]))
     return splits
+
+
+def served_length_shift(served: Mapping[str, Sequence[int]], min_known: int = 5) -> ShiftFn:
+    """A ShiftFn over the serving model's own (reference-trace) lengths: log-mean Wasserstein-1."""
+
+    def fn(train: Sequence[str], test: Sequence[str]) -> dict[str, float]:
+        a = np.log1p([np.mean(served[i]) for i in train if i in served])
+        b = np.log1p([np.mean(served[i]) for i in test if i in served])
+        if len(a) < min_known or len(b) < min_known:
+            return {}
+        return {"served_length_wasserstein": float(wasserstein_distance(a, b))}
+
+    return fn

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lengthpred.data.records import prompt_chars
+from lengthpred.errors import DataError
 
 Record = dict[str, Any]
 
@@ -19,25 +23,50 @@ def _q(xs: Sequence[float]) -> str:
     return f"{p10:.0f}/{p50:.0f}/{p90:.0f}"
 
 
-def summary_rows(splits: Mapping[str, Any], by_id: Mapping[str, Record]) -> list[dict[str, Any]]:
+def reference_lengths(path: Path) -> dict[str, list[int]]:
+    """id → sampled lengths from a committed reference trace (`data/reference/<model>/<data>.jsonl`)."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out[str(row["id"])].append(int(row["length"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{path}:{n}: reference trace row needs id and length ({e})") from None
+    return dict(out)
+
+
+def summary_rows(
+    splits: Mapping[str, Any], by_id: Mapping[str, Record], served: Mapping[str, list[int]] | None = None
+) -> list[dict[str, Any]]:
+    """One row per in-domain domain (and ForeLen subset); `served`: the serving model's reference lengths."""
     rows = []
     for dom, parts in splits["indomain"].items():
         recs_all = [by_id[i] for ids in parts.values() for i in ids]
         known = [float(np.mean(r["lengths"])) for r in recs_all if r["lengths"]]
-        rows.append({
+        row = {
             "domain": dom, **{k: len(v) for k, v in parts.items()},
             "prompt_chars p10/50/90": _q([prompt_chars(r) for r in recs_all]),
             "known_len n": len(known),
             "known_len p10/50/90": _q(known),
-        })
+        }
+        if served is not None:
+            ref = [float(np.mean(served[r["id"]])) for r in recs_all if r["id"] in served]
+            row["served_len n"], row["served_len p10/50/90"] = len(ref), _q(ref)
+        rows.append(row)
     for name, ids in splits.get("forelen", {}).items():
         if not ids:
             continue
         recs = [by_id[i] for i in ids]
         known = [float(np.mean(r["lengths"])) for r in recs if r["lengths"]]
-        rows.append({"domain": f"forelen/{name}", "train": len(ids), "val": 0, "test": 0,
-                     "prompt_chars p10/50/90": _q([prompt_chars(r) for r in recs]),
-                     "known_len n": len(known), "known_len p10/50/90": _q(known)})
+        row = {"domain": f"forelen/{name}", "train": len(ids), "val": 0, "test": 0,
+               "prompt_chars p10/50/90": _q([prompt_chars(r) for r in recs]),
+               "known_len n": len(known), "known_len p10/50/90": _q(known)}
+        if served is not None:
+            ref = [float(np.mean(served[i])) for i in ids if i in served]
+            row["served_len n"], row["served_len p10/50/90"] = len(ref), _q(ref)
+        rows.append(row)
     return rows
 
 
