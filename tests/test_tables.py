@@ -68,6 +68,8 @@ def test_table_contents(tmp_path):
     assert any(",undefined,undefined,undefined," in ln for ln in csv)
     tex = tables["T2"].to_latex()
     assert r"\toprule" in tex and r"$\uparrow$" in tex and "->" not in tex
+    for t in tables.values():  # every symbol escaped: plain ASCII LaTeX
+        assert t.to_latex().isascii(), t.key
 
 
 def test_t5_uses_paired_gains_and_shows_missing_intervals_plainly(tmp_path):

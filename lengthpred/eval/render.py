@@ -152,6 +152,8 @@ def _raw(v: Any) -> str:
 
 
 _TEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "^": r"\^{}",
     "&": r"\&",
     "%": r"\%",
     "#": r"\#",
@@ -165,6 +167,13 @@ _TEX_ESCAPES = {
     "λ": r"$\lambda$",
     "√": r"$\surd$",
     "~": r"\textasciitilde{}",
+    "↑": r"$\uparrow$",
+    "↓": r"$\downarrow$",
+    "τ": r"$\tau$",
+    "·": r"$\cdot$",
+    "−": "-",
+    "≤": r"$\le$",
+    "≥": r"$\ge$",
 }
 
 
