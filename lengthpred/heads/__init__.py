@@ -11,7 +11,8 @@ its X is that field as plain data:
 |---|---|---|
 | linear, egtp, estp, probe | `features` | [n, d] float array: one feature column, e.g. `hs.L20.last` |
 | proxy_reg, proxy_cls, proxy_rank | `texts` | list of n prompt strings |
-| prompt_len, constant | `n_prompt_tokens` | [n, 1] float array (constant only counts rows) |
+| prompt_len | `n_prompt_tokens` | [n, 1] float array |
+| constant | `ids` | anything with n rows (only counted) |
 | domain_median | `domains` | [n, 1] object array of domain labels |
 
 `HeadInput.x_for(head.input_kind)` builds that X; `run_training` does it for every split. y is the

@@ -18,7 +18,7 @@ from lengthpred.registry import Registry
 
 HEADS: Registry[type[BaseHead]] = Registry("head")
 
-InputKind = Literal["features", "texts", "domains", "n_prompt_tokens"]
+InputKind = Literal["features", "texts", "domains", "n_prompt_tokens", "ids"]
 STATE_FILE = "head.safetensors"
 META_FILE = "head.json"
 
@@ -32,7 +32,8 @@ class HeadInput:
     """Everything any head may read about a set of prompts; each head takes the one field it needs.
 
     `features`: [n, d] float (one feature column such as `hs.L20.last`), `texts`: prompt strings
-    (proxy heads), `domains`: domain labels (domain_median), `n_prompt_tokens`: [n] (prompt_len).
+    (proxy heads), `domains`: domain labels (domain_median), `n_prompt_tokens`: [n] (prompt_len);
+    `ids` doubles as the X of heads that only count rows (constant).
     """
 
     ids: list[str]
@@ -51,7 +52,7 @@ class HeadInput:
             raise DataError(f"this head needs `{kind}` but the input has none (was it extracted/loaded?)")
         if kind == "n_prompt_tokens":
             return np.asarray(value, dtype=np.float64).reshape(-1, 1)
-        if kind == "domains":
+        if kind in ("domains", "ids"):
             return np.asarray(value, dtype=object).reshape(-1, 1)
         return value
 

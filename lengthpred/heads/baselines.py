@@ -15,7 +15,7 @@ class ConstantHead(BaseHead):
     """Predicts the training median for every prompt (X is only counted)."""
 
     name = "constant"
-    input_kind = "n_prompt_tokens"
+    input_kind = "ids"
 
     def __init__(self) -> None:
         pass

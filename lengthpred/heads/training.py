@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -87,14 +87,16 @@ def _candidates(select: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
 
 
-def predictions_frame(head: str, split: str, data: LabeledSet, y_pred: np.ndarray) -> pd.DataFrame:
-    """Rows of predictions.parquet (docs/DESIGN.md "Predictions file")."""
+def predictions_frame(
+    head: str, split: str | Sequence[str], data: LabeledSet, y_pred: np.ndarray
+) -> pd.DataFrame:
+    """Rows of predictions.parquet (docs/DESIGN.md "Predictions file"); `split`: one name or one per row."""
     n = len(data)
     domains = data.inputs.domains if data.inputs.domains is not None else [""] * n
     return pd.DataFrame(
         {
             "head": head,
-            "split": split,
+            "split": split if isinstance(split, str) else list(split),
             "id": list(data.inputs.ids),
             "domain": list(domains),
             "y_true": np.asarray(data.y, dtype=np.float64),
@@ -123,13 +125,14 @@ def run_training(
     val: LabeledSet | None,
     test: LabeledSet,
     *,
-    split: str = "test",
+    split: str | Sequence[str] = "test",
     label: str | None = None,
 ) -> tuple[BaseHead, dict[str, Any], pd.DataFrame]:
     """Fit `head_name` on train (selecting `head_cfg.select` on val), predict test.
 
-    Returns (fitted head, metrics dict, predictions DataFrame with one row per test prompt, split name
-    `split`, head name `label or head_name`). All data checks run before the first fit.
+    Returns (fitted head, metrics dict, predictions DataFrame with one row per test prompt, split name(s)
+    `split` (one, or one per test row), head name `label or head_name`). All data checks run before the
+    first fit.
     """
     klass = HEADS.get(head_name)
     params = head_params(head_cfg)

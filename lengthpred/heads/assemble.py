@@ -1,0 +1,139 @@
+"""Turn the other stages' artefacts (prompt table, splits.json, targets, FeatureSet) into LabeledSets.
+
+Split scope: the in-domain splits of every domain pooled (`indomain/<domain>/{train,val,test}` in
+splits.json), so one head is fitted per run and scored per domain from its predictions; ForeLen-style
+subsets are extra test sets (ids that are in train are dropped from them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lengthpred.errors import DataError
+from lengthpred.heads.base import HeadInput, LabeledSet
+
+TARGET_COLUMNS = ("y", "target", "y_true", "length", "mean")
+
+
+def prompt_text(messages: Sequence[Mapping[str, str]]) -> str:
+    """The text a proxy model reads: every turn's content, one per line (roles dropped)."""
+    return "\n".join(str(m.get("content", "")) for m in messages)
+
+
+def target_table(targets: Any) -> pd.DataFrame:
+    """Normalise a targets object to a frame indexed by id with `y`, `n_samples`, `capped_frac`.
+
+    Accepts a DataFrame (an `id` column or index, one of `target|y|y_true|length`, optional
+    `n_samples`, `capped_frac`) or a mapping id → length.
+    """
+    if isinstance(targets, Mapping):
+        df = pd.DataFrame({"id": list(targets), "y": [float(v) for v in targets.values()]})
+    else:
+        df = pd.DataFrame(targets).copy()
+    if "id" not in df.columns:
+        df = df.rename_axis("id").reset_index()
+    col = next((c for c in TARGET_COLUMNS if c in df.columns), None)
+    if col is None:
+        raise DataError(f"targets have none of the columns {TARGET_COLUMNS}; got {list(df.columns)}")
+    out = pd.DataFrame(
+        {
+            "y": pd.to_numeric(df[col], errors="coerce").astype(float).to_numpy(),
+            "n_samples": df["n_samples"].to_numpy() if "n_samples" in df else np.ones(len(df), dtype=int),
+            "capped_frac": df["capped_frac"].to_numpy() if "capped_frac" in df else np.zeros(len(df)),
+        },
+        index=df["id"].astype(str).to_numpy(),
+    )
+    if out.index.duplicated().any():
+        raise DataError("targets have duplicate ids (expected one row per prompt)")
+    return out
+
+
+def targets_from_prompts(prompts: Any, stat: str = "mean") -> pd.DataFrame:
+    """Targets from the prompt table's own lengths (a trace or CASTILLO): its `length` column (the data
+    stage's length_stat) or `stat` of `lengths`; prompts without lengths are dropped."""
+    fn = {"mean": np.mean, "median": np.median, "max": np.max, "min": np.min}[stat]
+    rows = []
+    for r in prompts:
+        lengths = list(r.get("lengths") or [])
+        y = r.get("length")
+        if y is None and lengths:
+            y = fn(lengths)
+        if y is not None:
+            rows.append((r["id"], float(y), max(len(lengths), 1)))
+    if not rows:
+        raise DataError(
+            "no prompt has recorded lengths and no generated targets exist: run scripts/generate.py"
+        )
+    ids, y, n = zip(*rows, strict=True)
+    return pd.DataFrame({"y": y, "n_samples": n, "capped_frac": 0.0}, index=list(ids))
+
+
+def indomain_ids(splits: Mapping[str, Any]) -> dict[str, list[str]]:
+    """{train, val, test} ids: `indomain["all"]` when the data stage wrote one (a trace), else the
+    per-domain splits pooled (each id once)."""
+    indomain = splits.get("indomain") or {}
+    if not indomain:
+        raise DataError("splits.json has no in-domain splits")
+    groups = [indomain["all"]] if "all" in indomain else [indomain[d] for d in sorted(indomain)]
+    out: dict[str, list[str]] = {}
+    for part in ("train", "val", "test"):
+        out[part] = list(dict.fromkeys(i for g in groups for i in g.get(part, [])))
+    return out
+
+
+def forelen_ids(splits: Mapping[str, Any], exclude: set[str]) -> dict[str, list[str]]:
+    subsets = splits.get("forelen") or {}
+    return {
+        f"forelen/{k}": [i for i in v if i not in exclude] for k, v in subsets.items() if isinstance(v, list)
+    }
+
+
+def labeled_set(
+    ids: Sequence[str],
+    prompts_by_id: Mapping[str, Mapping[str, Any]],
+    targets: pd.DataFrame,
+    *,
+    features: Any = None,
+    feature: str | None = None,
+    split: str = "",
+) -> LabeledSet:
+    """One split as a LabeledSet; ids without a target (not generated / skipped) are dropped, ids
+    without a prompt record or features are an error (the artefacts disagree)."""
+    ids = [i for i in ids if i in targets.index]
+    missing = [i for i in ids if i not in prompts_by_id]
+    if missing:
+        raise DataError(f"{split}: {len(missing)} ids have targets but no prompt record (e.g. {missing[:3]})")
+    recs = [prompts_by_id[i] for i in ids]
+    t = targets.loc[ids]
+    x = n_tok = None
+    if features is not None:
+        sub = features.subset(ids)
+        if feature is not None:
+            if feature not in features.names:
+                stored = ", ".join(n for n in features.names if n.startswith("hs.L"))[:300]
+                raise DataError(f"feature {feature!r} was not extracted; stored: {stored} ...")
+            x = sub.get(feature)
+        if "n_prompt_tokens" in features.names:
+            n_tok = sub.get("n_prompt_tokens")[:, 0]
+    inputs = HeadInput(
+        ids=list(ids),
+        features=x,
+        texts=[prompt_text(r["messages"]) for r in recs],
+        domains=[str(r.get("domain", "")) for r in recs],
+        n_prompt_tokens=n_tok,
+    )
+    return LabeledSet(
+        inputs,
+        t["y"].to_numpy(dtype=np.float64),
+        n_samples=t["n_samples"].to_numpy(),
+        capped_frac=t["capped_frac"].to_numpy(dtype=np.float64),
+    )
+
+
+def per_domain_split_names(data: LabeledSet, part: str = "test") -> list[str]:
+    """`indomain/<domain>/<part>` for each row (the predictions file's split column)."""
+    return [f"indomain/{d}/{part}" for d in (data.inputs.domains or [""] * len(data))]

@@ -1,0 +1,140 @@
+"""The `scripts/train.py` stage: load prompts/splits/targets/features for a config, train one head, write
+metrics.json, the saved head and predictions.parquet into the run directory."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from lengthpred.errors import DataError
+from lengthpred.heads.assemble import (
+    forelen_ids,
+    indomain_ids,
+    labeled_set,
+    per_domain_split_names,
+    target_table,
+    targets_from_prompts,
+)
+from lengthpred.heads.base import HEADS
+from lengthpred.heads.training import build_head, head_params, predictions_frame, run_training, score
+
+log = logging.getLogger("lengthpred.heads")
+PREDICTIONS = "predictions.parquet"
+
+
+def feature_name(head_cfg: Any) -> str | None:
+    """`hs.L{layer}.{pooling}` of a head config, or None for heads that read no hidden state."""
+    if head_cfg.get("layer") is None or head_cfg.get("pooling") is None:
+        return None
+    return f"hs.L{int(head_cfg.layer)}.{head_cfg.pooling}"
+
+
+def load_targets_for(cfg: DictConfig, prompts: Any) -> pd.DataFrame:
+    """The serving model's targets (lengthpred.targets) or, for a trace / CASTILLO data config, the
+    lengths recorded in the prompt table."""
+    if cfg.data.get("kind") == "trace" or cfg.get("targets_from") == "prompts":
+        return targets_from_prompts(prompts, str(cfg.data.get("length_stat", "mean")))
+    from lengthpred.targets import load_targets
+
+    return target_table(load_targets(cfg))
+
+
+def append_predictions(path: Path, rows: pd.DataFrame) -> pd.DataFrame:
+    """Add rows to a predictions file, replacing earlier rows of the same (head, split, id)."""
+    if path.is_file():
+        old = pd.read_parquet(path)
+        keys = pd.MultiIndex.from_frame(rows[["head", "split", "id"]])
+        keep = ~pd.MultiIndex.from_frame(old[["head", "split", "id"]]).isin(keys)
+        rows = pd.concat([old[keep], rows], ignore_index=True)
+    tmp = path.with_suffix(".tmp.parquet")
+    rows.to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return rows
+
+
+def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None) -> dict[str, Any]:
+    """Fit `cfg.head` on the pooled in-domain train split, select on val, score on test (and ForeLen subsets)."""
+    from lengthpred.data import load_prompts, load_splits
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    hcfg = cfg.head
+    name = str(hcfg.name)
+    klass = HEADS.get(name)
+    build_head(name, **head_params(OmegaConf.to_container(hcfg, resolve=True)))  # config errors first
+    feature = feature_name(hcfg)
+    if klass.input_kind == "features" and feature is None:
+        raise DataError(f"head {name!r} reads features: set head.layer and head.pooling")
+
+    prompts = load_prompts(cfg.data)
+    by_id = {r["id"]: r for r in prompts}
+    splits = load_splits(cfg.data)
+    targets = load_targets_for(cfg, prompts)
+    features = None
+    if klass.input_kind in ("features", "n_prompt_tokens"):
+        from lengthpred.features import ensure_features
+
+        features = ensure_features(cfg, prompts)
+    ids = indomain_ids(splits)
+    sets = {
+        part: labeled_set(ids[part], by_id, targets, features=features, feature=feature, split=part)
+        for part in ("train", "val", "test")
+    }
+    head_cfg = OmegaConf.to_container(hcfg, resolve=True) | {"feature": feature}
+    head, metrics, preds = run_training(
+        name, head_cfg, sets["train"], sets["val"], sets["test"], split=per_domain_split_names(sets["test"])
+    )
+    metrics["per_domain"] = _per_domain(preds)
+    frames = [preds]
+    seen = set(ids["train"]) | set(ids["val"])
+    for split_name, sub_ids in forelen_ids(splits, seen).items():
+        sub = labeled_set(sub_ids, by_id, targets, features=features, feature=feature, split=split_name)
+        if len(sub):
+            y_pred = head.predict(sub.inputs.x_for(klass.input_kind))
+            frames.append(predictions_frame(name, split_name, sub, y_pred))
+            metrics.setdefault("forelen", {})[split_name] = {**score(sub.y, y_pred), "n": len(sub)}
+    metrics |= {
+        "model": str(cfg.model.name),
+        "data": str(cfg.data.name),
+        "experiment": cfg.get("experiment_name"),
+    }
+
+    head.save(out_dir / "head")
+    (out_dir / "metrics.json").write_text(json.dumps(_json_safe(metrics), indent=2) + "\n")
+    append_predictions(out_dir / PREDICTIONS, pd.concat(frames, ignore_index=True))
+    if tracker is not None:
+        tracker.summary({k: v for k, v in metrics.items() if isinstance(v, (int, float, str)) or v is None})
+    log.info(
+        "%s: spearman %s, mae %s on %d test prompts",
+        name,
+        metrics["spearman"],
+        metrics["mae"],
+        metrics["n_test"],
+    )
+    return metrics
+
+
+def _per_domain(preds: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    out = {}
+    for dom, g in preds.groupby("domain"):
+        m = score(g["y_true"].to_numpy(), g["y_pred"].to_numpy()) if g["y_true"].nunique() > 1 else {}
+        out[str(dom)] = {**m, "n": len(g)}
+    return out
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, (np.generic,)):
+        return obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj

@@ -1,0 +1,34 @@
+"""Train one length-predictor head: fit on train, select on val, score on test, save it.
+
+    .venv/bin/python scripts/train.py head=linear                     # LEAP readout on hs.L20.last
+    .venv/bin/python scripts/train.py head=egtp head.layer=15         # any head of conf/head/
+    .venv/bin/python scripts/train.py -m head=constant,prompt_len,domain_median,linear,egtp,estp,probe
+    .venv/bin/python scripts/train.py head=linear data=trace data.train_path=log.jsonl   # your own trace
+
+Writes metrics.json, head/ (safetensors + json) and predictions.parquet into the run directory
+(outputs/<experiment>/runs/<time>/). Features are extracted first when missing (cached by key).
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from lengthpred.cli import stage
+from lengthpred.heads.run import train_from_config
+from lengthpred.tracking import tracked
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@stage
+def main(cfg: DictConfig) -> None:
+    with tracked(cfg, "train") as tracker:
+        m = train_from_config(cfg, cfg.paths.output_dir, tracker=tracker)
+    print(
+        f"{m['head']}: spearman {m['spearman']}, kendall {m['kendall']}, mae {m['mae']} "
+        f"(n_train {m['n_train']}, n_test {m['n_test']}, {m['n_parameters']} parameters) → {cfg.paths.output_dir}"
+    )
+
+
+if __name__ == "__main__":
+    main()
