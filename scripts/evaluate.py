@@ -36,6 +36,7 @@ def main(cfg: DictConfig) -> None:
             paired_metrics=list(e.paired.metrics),
             reference=resolve(e.reference) if e.get("reference") else None,
             splits_json=resolve(e.splits_json) if e.get("splits_json") else None,
+            shift_key=str(e.shift_key),
         )
         path = write_results(results, resolve(e.results_file))
         shown = results.drop(columns=["source"], errors="ignore").astype(str)

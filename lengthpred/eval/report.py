@@ -136,6 +136,7 @@ def evaluate_run(
     paired_metrics: Sequence[str] = ("spearman",),
     reference: str | Path | None = None,
     splits_json: str | Path | None = None,
+    shift_key: str = "length_wasserstein",
 ) -> pd.DataFrame:
     """Score every predictions file under a run/experiment dir into one tidy results frame."""
     files = find_predictions(root)
@@ -174,7 +175,7 @@ def evaluate_run(
         c["source"] = str(reference)
         frames.append(c)
     if splits_json is not None and Path(splits_json).is_file():
-        s = shift_rows(json.loads(Path(splits_json).read_text()), prov)
+        s = shift_rows(json.loads(Path(splits_json).read_text()), prov, key=shift_key)
         s["source"] = str(splits_json)
         frames.append(s)
     out = pd.concat([f for f in frames if len(f)], ignore_index=True)
