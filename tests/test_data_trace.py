@@ -126,3 +126,10 @@ def test_reference_trace_adds_served_shift_and_column(tmp_path, capsys):
     ref.write_text('{"id": "x"}\n')
     with pytest.raises(DataError, match="trace.jsonl:1: reference trace row needs id and length"):
         prepare(cfg)
+
+
+def test_json_array_non_utf8_names_the_line(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_bytes(b'[{"prompt": "a", "length": 1},\n {"prompt": "caf\xe9", "length": 2}]')
+    with pytest.raises(DataError, match=r"t.json:2: non-UTF-8"):
+        build_from_trace(_cfg(tmp_path, train_path=str(p), on_bad_input="skip").data)

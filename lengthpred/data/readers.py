@@ -80,8 +80,10 @@ def iter_jsonl(path: Path, log: BadInputLog) -> Iterator[tuple[str, dict[str, An
 def iter_json_array(path: Path, log: BadInputLog) -> Iterator[tuple[str, dict[str, Any]]]:
     """(where, row) per element of a top-level JSON array; `where` is `file[index]`."""
     text = _open_text(path)
-    if not _check_utf8(text, str(path), log):
-        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # a JSON array cannot skip one record: always an error
+        raise DataError(f"{path}:{text[:e.start].count(chr(10)) + 1}: non-UTF-8 bytes") from None
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as e:
