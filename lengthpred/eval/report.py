@@ -268,7 +268,12 @@ def make_tables(
     if predictions_root is not None and Path(predictions_root).exists():
         files = find_predictions(predictions_root)
         if files:
-            preds = pd.concat([read_predictions(f) for f in files], ignore_index=True)
+            loaded = [(f, read_predictions(f)) for f in files]
+            latest = latest_file_per_group(loaded)
+            preds = pd.concat(
+                [df[[latest[k] == f for k in zip(df["head"], df["split"], strict=True)]] for f, df in loaded],
+                ignore_index=True,
+            )
             p = plots.scatter_pred_true(preds, pdir / "pred_vs_true.png")
             if p is not None:
                 out.plots["pred_vs_true"] = p
