@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -198,6 +197,3 @@ def load_splits(data_cfg: DictConfig, data_dir: str | Path | None = None) -> dic
         raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg.name}` first")
     return json.loads(p.read_text())
 
-
-def source_counts(records: list[Record]) -> Counter:
-    return Counter((r["domain"], r["source"]) for r in records)
