@@ -37,6 +37,7 @@ def main(cfg: DictConfig) -> None:
             reference=resolve(e.reference) if e.get("reference") else None,
             splits_json=resolve(e.splits_json) if e.get("splits_json") else None,
             shift_key=str(e.shift_key),
+            pool_indomain=bool(e.pool_indomain),
         )
         path = write_results(results, resolve(e.results_file))
         shown = results.drop(columns=["source"], errors="ignore").astype(str)

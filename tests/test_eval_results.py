@@ -45,6 +45,9 @@ def test_results_rows_and_provenance(results):
     assert r.ci_low <= r.value <= r.ci_high and r.n == 30
     assert (r.experiment, r.model, r.data) == ("synth", "smollm2-135m", "synth") and len(r.config_hash) == 12
     assert _get(results, "constant", "indomain/math/test", "spearman").value is UNDEFINED
+    pooled = _get(results, "linear", "indomain/all/test", "spearman")
+    assert pooled.n == 90 and 0 < pooled.value < 1  # three domains of 30 prompts
+    assert _get(results, "noise_ceiling", "indomain/all/test", "ceiling_mean_k").n == 90
     assert _get(results, "linear", "indomain/math/test", "n_parameters").value == 577
     ceil = _get(results, "noise_ceiling", "indomain/math/test", "ceiling_mean_k")
     assert 0.5 < ceil.value <= 1.0

@@ -54,7 +54,8 @@ def test_table_contents(tmp_path):
     t1 = tables["T1"].to_markdown()
     assert "Spearman ↑" in t1 and "MAE (tokens) ↓" in t1 and "Noise ceiling ↑" in t1
     const = [ln for ln in t1.splitlines() if "| constant |" in ln]
-    assert len(const) == 3 and all("| undefined |" in ln for ln in const)
+    assert len(const) == 4 and all("| undefined |" in ln for ln in const)  # 3 domains + all
+    assert t1.splitlines()[-4].startswith("| all | prompt_len |")  # the pooled rows come last
     assert "static" not in t1  # online heads go to T3, not T1
     t3 = tables["T3"]
     shifts = [row[1].value for row in t3.rows]

@@ -81,7 +81,7 @@ def heatmap_cross(
             continue
         if p["kind"] == "cross" and "source" in p:
             cells[(p["source"], p["target"])] = as_float(row.value)
-        elif p["kind"] == "indomain":
+        elif p["kind"] == "indomain" and p["name"] != "all":
             cells[(p["name"], p["name"])] = as_float(row.value)
     if not any(k[0] != k[1] for k in cells):
         return None

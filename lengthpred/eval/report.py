@@ -114,6 +114,25 @@ def attach_n_parameters(df: pd.DataFrame, pred_file: Path) -> pd.DataFrame:
     return df.assign(n_parameters=[counts.get(h) for h in df["head"]])
 
 
+POOLED = "all"
+
+
+def add_pooled_indomain(df: pd.DataFrame) -> pd.DataFrame:
+    """Add `indomain/all/<part>`: each head's in-domain rows of every domain pooled (the headline figure),
+    for heads scored on at least two domains of that part."""
+    parts = [split.split("/") for split in df["split"]]
+    mask = [len(p) == 3 and p[0] == "indomain" and p[1] != POOLED for p in parts]
+    ind = df[mask]
+    if ind.empty:
+        return df
+    part = ind["split"].str.split("/").str[2]
+    pooled = []
+    for (_head, pt), g in ind.groupby([ind["head"], part], sort=True):
+        if g["split"].nunique() >= 2 and not g["id"].duplicated().any():
+            pooled.append(g.assign(split=f"indomain/{POOLED}/{pt}"))
+    return pd.concat([df, *pooled], ignore_index=True) if pooled else df
+
+
 def latest_file_per_group(loaded: Sequence[tuple[Path, pd.DataFrame]]) -> dict[tuple[str, str], Path]:
     """(head, split) → the last file (path order: run dirs are timestamps) holding it, so a rerun supersedes."""
     latest: dict[tuple[str, str], Path] = {}
@@ -137,6 +156,7 @@ def evaluate_run(
     reference: str | Path | None = None,
     splits_json: str | Path | None = None,
     shift_key: str = "length_wasserstein",
+    pool_indomain: bool = True,
 ) -> pd.DataFrame:
     """Score every predictions file under a run/experiment dir into one tidy results frame."""
     files = find_predictions(root)
@@ -154,6 +174,8 @@ def evaluate_run(
             continue
         prov = provenance_for(f, Path(root), fallback_cfg)
         df = attach_n_parameters(df, f)
+        if pool_indomain:
+            df = add_pooled_indomain(df)
         scored = score_predictions(
             df, prov, metrics, n_boot=n_boot, seed=seed, confidence=confidence, params=params
         )

@@ -124,7 +124,7 @@ def table_t1(df: pd.DataFrame, part: str = "test") -> Table:
         Column("n", None, "int"),
     ]
     rows = []
-    splits = ix.splits("indomain", part)
+    splits = sorted(ix.splits("indomain", part), key=lambda s: (parse_split(s)["name"] == "all", s))
     for s in splits:
         dom = parse_split(s)["name"]
         for h in ix.heads([s], exclude_online=True):
@@ -132,7 +132,7 @@ def table_t1(df: pd.DataFrame, part: str = "test") -> Table:
             n = ix.rows[(h, s, "spearman")].n if sp is not None else None
             rows.append([dom, h, sp, _ceiling(ix, s), ix.cell(h, s, "mae"), _params(ix, h, splits), n])
     notes = [
-        "Spearman and MAE with 95% percentile bootstrap CIs over prompts.",
+        "Spearman and MAE with 95% percentile bootstrap CIs over prompts; 'all': every domain's prompts pooled.",
         "Noise ceiling: the best Spearman any predictor of the expected length could reach against this "
         "target (√(k·r/(1+(k−1)·r)) from the mean pairwise Spearman r of sampled lengths; "
         "'—' where prompts had a single sample).",
