@@ -35,14 +35,29 @@ def load_source(sc: DictConfig, seed: int) -> sources.LengthSource:
         kind = "predictions" if has else "castillo"
         log.info("sched.source.kind=auto → %s", kind)
     if kind == "predictions":
-        return sources.from_predictions(s.predictions_path, split=s.split,
-                                        heads=list(s.heads) if s.heads else None, prompt_tokens=s.prompt_tokens)
+        return sources.from_predictions(
+            s.predictions_path,
+            split=s.split,
+            heads=list(s.heads) if s.heads else None,
+            prompt_tokens=s.prompt_tokens,
+        )
     if kind == "castillo":
-        return sources.from_castillo(s.castillo_root, model=s.castillo_model, datasets=list(s.castillo_datasets),
-                                     noisy_spearman=list(s.noisy_spearman), seed=seed)
+        return sources.from_castillo(
+            s.castillo_root,
+            model=s.castillo_model,
+            datasets=list(s.castillo_datasets),
+            noisy_spearman=list(s.noisy_spearman),
+            seed=seed,
+        )
     if kind == "synthetic":
-        return sources.synthetic(s.synthetic_n, median=s.synthetic_median, sigma=s.synthetic_sigma,
-                                 prompt_tokens=s.prompt_tokens, noisy_spearman=list(s.noisy_spearman), seed=seed)
+        return sources.synthetic(
+            s.synthetic_n,
+            median=s.synthetic_median,
+            sigma=s.synthetic_sigma,
+            prompt_tokens=s.prompt_tokens,
+            noisy_spearman=list(s.noisy_spearman),
+            seed=seed,
+        )
     if kind == "trace":
         if not s.trace_path:
             raise ConfigError("sched.source.kind=trace needs sched.source.trace_path")
@@ -59,11 +74,23 @@ def main(cfg: DictConfig) -> None:
     profile = get_profile(sc.hardware, OmegaConf.to_container(sc.hardware_overrides))
     policies = ex.parse_policies(OmegaConf.to_container(sc.policies))
     src = load_source(sc, cfg.seed)
-    print(f"source {src.name}: {len(src.output)} requests, predictors {sorted(src.preds)}; hardware {profile.name}")
+    print(
+        f"source {src.name}: {len(src.output)} requests, predictors {sorted(src.preds)}; hardware {profile.name}"
+    )
     runs, lat = ex.run_grid(
-        src, profile, policies, loads=list(sc.loads), seeds=list(sc.seeds), n_requests=sc.n_requests,
-        predictors=list(sc.predictors) if sc.predictors else None, online=sc.online, arrival=sc.arrival,
-        cv=sc.arrival_cv, accept_beta=tuple(sc.accept_beta), speculative=sc.speculative, warmup=sc.warmup,
+        src,
+        profile,
+        policies,
+        loads=list(sc.loads),
+        seeds=list(sc.seeds),
+        n_requests=sc.n_requests,
+        predictors=list(sc.predictors) if sc.predictors else None,
+        online=sc.online,
+        arrival=sc.arrival,
+        cv=sc.arrival_cv,
+        accept_beta=tuple(sc.accept_beta),
+        speculative=sc.speculative,
+        warmup=sc.warmup,
         sim=OmegaConf.to_container(sc.sim),
     )
     runs.insert(0, "experiment", cfg.experiment_name)
@@ -74,8 +101,16 @@ def main(cfg: DictConfig) -> None:
     summary.to_csv(out / "sched_results.csv", index=False)
     gains.to_csv(out / "sched_gains.csv", index=False)
     lat.to_parquet(out / "sched_latencies.parquet", index=False)
-    (out / "sched.json").write_text(json.dumps({"hardware": profile.to_dict(), "source": src.name,
-                                                "config": OmegaConf.to_container(sc, resolve=True)}, indent=1))
+    (out / "sched.json").write_text(
+        json.dumps(
+            {
+                "hardware": profile.to_dict(),
+                "source": src.name,
+                "config": OmegaConf.to_container(sc, resolve=True),
+            },
+            indent=1,
+        )
+    )
     if sc.plots:
         ex.plot_latency_vs_load(summary, out / "latency_vs_load.png")
     print(ex.format_table(summary, gains))

@@ -8,8 +8,9 @@ Outputs (tidy; `load` is the offered load as a fraction of the server's capacity
 - ``sched_results.csv`` (read by T5): ``experiment, hardware, data, policy, predictor, load, metric,
   value, ci_low, ci_high, n``: mean over seeds with a Student-t 95% interval, n = seeds.
 - ``sched_gains.csv``: per (policy, predictor, load) the paired-over-seeds gain of mean per-token latency
-  over FCFS (``gain_vs_fcfs``, a fraction) and its share of the oracle's gain (``share_of_oracle``,
-  oracle = ``oracle-<policy>`` when run, else the best oracle policy), same CI columns.
+  over FCFS (``gain_vs_fcfs``, a fraction: 1 − mean(x)/mean(FCFS)) and its share of the oracle's gain
+  (``share_of_oracle``; oracle = the oracle policy with the lowest mean, as T5 takes it), means over seeds
+  with paired-bootstrap CIs over seeds.
 - ``sched_latencies.parquet``: ``policy, predictor, load, latency`` (per-token latency, s, one row per
   finished request of the first seed): the latency CDF data.
 - ``latency_vs_load.png``.
@@ -159,29 +160,45 @@ def summarize_runs(runs: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*keys, "value", "ci_low", "ci_high", "n"])
 
 
-def gains(runs: pd.DataFrame, metric: str = KEY, level: float = 0.95) -> pd.DataFrame:
-    """Paired over seeds: gain of `metric` over FCFS (fraction) and share of the oracle's gain."""
+def gains(runs: pd.DataFrame, metric: str = KEY, level: float = 0.95, n_boot: int = 1000) -> pd.DataFrame:
+    """Gain of `metric` over FCFS, 1 − mean(x)/mean(FCFS), and share of the oracle's gain,
+    (mean(FCFS) − mean(x)) / (mean(FCFS) − mean(oracle)), means over seeds (as T5 computes them from
+    sched_results.csv); CIs by a paired bootstrap over seeds."""
     d = runs[runs["metric"] == metric].pivot_table(index=["load", "seed"], columns=["policy", "predictor"],
                                                    values="value")
+    cols = ["policy", "predictor", "load", "metric", "value", "ci_low", "ci_high", "n"]
     fcfs_cols = [c for c in d.columns if c[0] == "fcfs"]
     if not fcfs_cols:
-        return pd.DataFrame(columns=["policy", "predictor", "load", "metric", "value", "ci_low", "ci_high", "n"])
-    fcfs = d[fcfs_cols[0]]
-    oracles = {c[0]: d[c] for c in d.columns if c[0].startswith("oracle")}
-    best_oracle = pd.concat(list(oracles.values()), axis=1).min(axis=1) if oracles else None
+        return pd.DataFrame(columns=cols)
+    oracle_cols = [c for c in d.columns if c[0].startswith("oracle")]
+    rng = np.random.default_rng(0)
     rows = []
-    for pol, pred in d.columns:
-        g = 1 - d[(pol, pred)] / fcfs
-        orc = oracles.get(f"oracle-{pol}", best_oracle)
-        share = (fcfs - d[(pol, pred)]) / (fcfs - orc) if orc is not None else None
-        for load in sorted(d.index.get_level_values("load").unique()):
-            m, lo, hi = t_interval(g.xs(load, level="load").to_numpy(), level)
-            rows.append((pol, pred, load, "gain_vs_fcfs", m, lo, hi, int(g.xs(load, level="load").notna().sum())))
-            if share is not None:
-                s = share.xs(load, level="load").to_numpy()
-                m, lo, hi = t_interval(s, level)
-                rows.append((pol, pred, load, "share_of_oracle", m, lo, hi, int(np.isfinite(s).sum())))
-    return pd.DataFrame(rows, columns=["policy", "predictor", "load", "metric", "value", "ci_low", "ci_high", "n"])
+    for load in sorted(d.index.get_level_values("load").unique()):
+        dl = d.xs(load, level="load")
+        f = dl[fcfs_cols[0]].to_numpy()
+        n = len(f)
+        boots = rng.integers(0, n, (n_boot, n)) if n > 1 else None
+        best = min(oracle_cols, key=lambda c: dl[c].mean()) if oracle_cols else None
+        for pol, pred in d.columns:
+            x = dl[(pol, pred)].to_numpy()
+            o = dl[best].to_numpy() if best is not None else np.full(n, np.nan)
+            point = _gain_share(f, x, o, np.arange(n))
+            ci = np.full((2, 2), np.nan)
+            if boots is not None:
+                bs = np.array([_gain_share(f, x, o, b) for b in boots])
+                for k in range(2):
+                    v = bs[:, k][np.isfinite(bs[:, k])]
+                    if len(v):
+                        ci[k] = np.quantile(v, [(1 - level) / 2, (1 + level) / 2])
+            for k, name in enumerate(("gain_vs_fcfs", "share_of_oracle")):
+                rows.append((pol, pred, float(load), name, point[k], ci[k, 0], ci[k, 1], n))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _gain_share(f: np.ndarray, x: np.ndarray, o: np.ndarray, i: np.ndarray) -> tuple[float, float]:
+    mf, mx, mo = f[i].mean(), x[i].mean(), o[i].mean()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(1 - mx / mf), float((mf - mx) / (mf - mo)) if mf != mo else np.nan
 
 
 def plot_latency_vs_load(summary: pd.DataFrame, path: str | Path) -> None:
@@ -191,19 +208,22 @@ def plot_latency_vs_load(summary: pd.DataFrame, path: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    cmap = plt.get_cmap("tab20")
     for ax, metric in zip(axes, ("per_token_latency_mean", "per_token_latency_p99"), strict=True):
         sub = summary[summary["metric"] == metric]
-        for (pol, pred), g in sub.groupby(["policy", "predictor"]):
+        for k, ((pol, pred), g) in enumerate(sub.groupby(["policy", "predictor"])):
             g = g.sort_values("load")
-            ax.plot(g["load"], g["value"], marker="o", label=f"{pol} / {pred}")
+            ax.plot(g["load"], g["value"], marker="o", ms=3, color=cmap(k % 20), label=f"{pol} / {pred}",
+                    ls="-" if pred in ("none", "oracle") else "--")
             if g["ci_low"].notna().any():
-                ax.fill_between(g["load"], g["ci_low"], g["ci_high"], alpha=0.15)
+                lo = np.maximum(g["ci_low"], g["value"] * 0.5)  # a log axis cannot show a CI through zero
+                ax.fill_between(g["load"], lo, g["ci_high"], color=cmap(k % 20), alpha=0.08)
         ax.set_xlabel("offered load (fraction of capacity)")
         ax.set_ylabel(f"{metric} (s/token)")
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -212,7 +232,7 @@ def plot_latency_vs_load(summary: pd.DataFrame, path: str | Path) -> None:
 def format_table(summary: pd.DataFrame, gain: pd.DataFrame) -> str:
     """A small T5-like text table: mean per-token latency ± CI, gain vs FCFS, share of the oracle's gain."""
     s = summary[summary["metric"] == KEY]
-    lines = [f"{'load':>5} {'policy':<12} {'predictor':<18} {'ptl mean (ms/tok) ↓':>24} {'gain vs FCFS':>13} "
+    lines = [f"{'load':>5} {'policy':<12} {'predictor':<18} {'ptl mean (ms/tok) ↓':>24} {'gain vs FCFS [95% CI]':>22} "
              f"{'share of oracle':>16}"]
     for r in s.sort_values(["load", "policy", "predictor"]).itertuples():
         ci = f"±{(r.ci_high - r.ci_low) / 2 * 1e3:.2f}" if np.isfinite(r.ci_high) else ""
@@ -220,7 +240,11 @@ def format_table(summary: pd.DataFrame, gain: pd.DataFrame) -> str:
         gv = gs[gs.metric == "gain_vs_fcfs"]["value"]
         sv = gs[gs.metric == "share_of_oracle"]["value"]
         gtxt = f"{100 * gv.iloc[0]:+.1f}%" if len(gv) else ""
+        glo = gs[gs.metric == "gain_vs_fcfs"]["ci_low"]
+        if len(glo) and np.isfinite(glo.iloc[0]):
+            ghi = gs[gs.metric == "gain_vs_fcfs"]["ci_high"].iloc[0]
+            gtxt += f" [{100 * glo.iloc[0]:+.0f},{100 * ghi:+.0f}]"
         stxt = f"{100 * sv.iloc[0]:.0f}%" if len(sv) and np.isfinite(sv.iloc[0]) else ""
         lines.append(f"{r.load:>5.2f} {r.policy:<12} {r.predictor:<18} {r.value * 1e3:>15.2f} {ci:>8} "
-                     f"{gtxt:>13} {stxt:>16}")
+                     f"{gtxt:>22} {stxt:>16}")
     return "\n".join(lines)
