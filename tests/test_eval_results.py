@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -107,6 +108,12 @@ def test_rerun_supersedes_older_predictions(experiment, tmp_path):
     df.to_parquet(run2 / "predictions.parquet")
     res = _evaluate(root, n_boot=0)
     assert _get(res, "linear", "indomain/chat/test", "mae").value == 0.0
+    # a later multirun job wins over an earlier run although "multiruns/" sorts before "runs/"
+    job = root / "multiruns" / "t" / "0"
+    shutil.copytree(root / "runs" / "r1", job)
+    os.utime(job / "predictions.parquet", ns=(2**62, 2**62))
+    res = _evaluate(root, n_boot=0)
+    assert _get(res, "linear", "indomain/chat/test", "mae").value > 0
 
 
 def test_parameter_counts_come_from_the_runs_metrics_json(experiment, tmp_path):

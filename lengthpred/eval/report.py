@@ -134,9 +134,10 @@ def add_pooled_indomain(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def latest_file_per_group(loaded: Sequence[tuple[Path, pd.DataFrame]]) -> dict[tuple[str, str], Path]:
-    """(head, split) → the last file (path order: run dirs are timestamps) holding it, so a rerun supersedes."""
+    """(head, split) → the most recently written file holding it (then path order), so a rerun supersedes;
+    runs/ and multiruns/ interleave in time, so modification time decides, not the path."""
     latest: dict[tuple[str, str], Path] = {}
-    for f, df in loaded:
+    for f, df in sorted(loaded, key=lambda fd: (fd[0].stat().st_mtime_ns, str(fd[0]))):
         for key in df[["head", "split"]].drop_duplicates().itertuples(index=False, name=None):
             latest[key] = f
     return latest
