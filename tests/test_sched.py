@@ -239,3 +239,17 @@ def test_simulate_script_writes_t5_inputs(tmp_path):
                                     f"sched.source.predictions_path={tmp_path}/none.parquet"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: no predictions file")
+
+
+@pytest.mark.parametrize("option", ["default", "paper", "laps_sd"])
+def test_every_sched_config_option_composes(option, tmp_path):
+    from omegaconf import OmegaConf
+
+    from lengthpred.sched.experiment import parse_policies
+    from tests.conftest import compose_cfg
+
+    cfg = compose_cfg([f"sched={option}"], tmp_path)
+    specs = parse_policies(OmegaConf.to_container(cfg.sched.policies))
+    assert any(s.name == "fcfs" for s in specs)
+    get_profile(cfg.sched.hardware, OmegaConf.to_container(cfg.sched.hardware_overrides))
+    assert all(0 < ld for ld in cfg.sched.loads)

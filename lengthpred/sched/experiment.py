@@ -120,7 +120,8 @@ def run_grid(
         wl = Workload(arr, prm, out, acc)
         for ps in policies:
             names = (preds + [f"{p}+online" for p in preds] if online else preds) if make_policy(
-                ps.name, **ps.kwargs).needs_prediction else ["oracle" if "oracle" in ps.name else "none"]
+                ps.name, **ps.kwargs).needs_prediction else [
+                    "oracle" if "oracle" in ps.name or ps.kwargs.get("oracle") else "none"]
             for pname in names:
                 policy = make_policy(ps.name, **ps.kwargs)
                 predictor = _predictor(source, pname, idx)
