@@ -129,8 +129,10 @@ def simulate(
     predict = None if static else predictor.predict
 
     steps0, tok0, G0, ver, npre = [0] * n, [0.0] * n, [0] * n, [0] * n, [0] * n
-    # numpy mirrors of the progress state, for vectorised keys of the running batch
-    s0n, t0n, g0n, npn = np.zeros(n, np.int64), np.zeros(n), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    # the running batch in compact slots [0, B), for vectorised keys; pos[i] = slot of running request i
+    slot_idx, slot_g0, slot_s0 = (np.zeros(max_batch, np.int64) for _ in range(3))
+    slot_t0, slot_rate, slot_np = np.zeros(max_batch), np.zeros(max_batch), np.zeros(max_batch, np.int64)
+    pos = [-1] * n
     arrn = workload.arrival
     rkeys = policy.running_keys
     limit = math.inf if max_preemptions is None else max_preemptions
@@ -139,23 +141,38 @@ def simulate(
     rejected = [False] * n
     waiting: list[tuple[float, int, int]] = []
     comp: list[tuple[int, int, int]] = []
-    running: set[int] = set()
     t, G, S, R, B, extra = 0.0, 0, 0.0, 0.0, 0, 0.0
     ptr, seq, n_events, n_steps = 0, 0, 0, 0
     new_admits: list[int] = []
 
+    def add(i: int) -> None:
+        nonlocal B
+        slot_idx[B], slot_g0[B], slot_s0[B], slot_t0[B], slot_rate[B], slot_np[B] = (
+            i, G0[i], steps0[i], tok0[i], rate[i], npre[i])
+        pos[i] = B
+        B += 1
+
+    def remove(i: int) -> None:
+        nonlocal B
+        k, last = pos[i], B - 1
+        if k != last:
+            j = int(slot_idx[last])
+            slot_idx[k], slot_g0[k], slot_s0[k], slot_t0[k], slot_rate[k], slot_np[k] = (
+                j, slot_g0[last], slot_s0[last], slot_t0[last], slot_rate[last], slot_np[last])
+            pos[j] = k
+        pos[i] = -1
+        B -= 1
+
     def preempt(j: int) -> None:
-        nonlocal S, R, B, extra, seq
+        nonlocal S, R, extra, seq
         d = G - G0[j]
         steps0[j] += d
         tok0[j] += rate[j] * d
-        running.discard(j)
-        B -= 1
+        remove(j)
         R -= rate[j]
         S -= P[j] + tok0[j] - rate[j] * G
         ver[j] += 1
         npre[j] += 1
-        s0n[j], t0n[j], npn[j] = steps0[j], tok0[j], npre[j]
         if swap:
             extra += t_sw * (P[j] + tok0[j])
         k = wkey(j, steps0[j], tok0[j]) + aging * arr[j]
@@ -164,13 +181,13 @@ def simulate(
 
     def worst_running(capped: bool = False) -> tuple[float, int]:
         # the same aged key a request would have if it waited, so preemption can never cycle
-        idx = np.fromiter(running, np.int64, B)
-        d = G - g0n[idx]
-        keys = rkeys(idx, s0n[idx] + d, t0n[idx] + rate_a[idx] * d)
+        idx = slot_idx[:B]
+        d = G - slot_g0[:B]
+        keys = rkeys(idx, slot_s0[:B] + d, slot_t0[:B] + slot_rate[:B] * d)
         if aging:
             keys = keys - aging * (t - arrn[idx])
         if capped:
-            keys = np.where(npn[idx] < limit, keys, -np.inf)
+            keys = np.where(slot_np[:B] < limit, keys, -np.inf)
         j = int(np.argmax(keys))
         return float(keys[j]), int(idx[j])
 
@@ -182,8 +199,7 @@ def simulate(
             if v != ver[i]:
                 continue
             finish[i] = t
-            running.discard(i)
-            B -= 1
+            remove(i)
             R -= rate[i]
             S -= P[i] + tok0[i] - rate[i] * G0[i]
             if on_complete is not None:
@@ -226,14 +242,12 @@ def simulate(
                         extra += predictor_cost if predictor_mode == "sync" else max(
                             0.0, predictor_cost - t_pf * P[i])
                 G0[i] = G
-                g0n[i] = G
-                running.add(i)
-                B += 1
+                add(i)
                 R += rate[i]
                 S += P[i] + tok0[i] - rate[i] * G
                 heapq.heappush(comp, (G + work[i] - steps0[i], i, ver[i]))
                 continue
-            if not preemptive or not running:
+            if not preemptive or B == 0:
                 break
             wk, j = worst_running(capped=True)
             if k - aging * t < wk:
