@@ -253,3 +253,9 @@ def test_every_sched_config_option_composes(option, tmp_path):
     assert any(s.name == "fcfs" for s in specs)
     get_profile(cfg.sched.hardware, OmegaConf.to_container(cfg.sched.hardware_overrides))
     assert all(0 < ld for ld in cfg.sched.loads)
+
+
+def test_sched_never_imports_torch():
+    code = ("import sys, lengthpred.sched, lengthpred.sched.experiment, lengthpred.sched.sources; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
