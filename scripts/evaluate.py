@@ -13,16 +13,31 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.cli import stage
-from lengthpred.eval.report import evaluate_run, headline
+from lengthpred.errors import LengthpredError
+from lengthpred.eval.report import evaluate_run, headline, samples_from_prompts
 from lengthpred.eval.results import write_results
 from lengthpred.paths import resolve
 from lengthpred.tracking import tracked
+
+
+def prompt_samples(cfg: DictConfig) -> dict[str, list[float]] | None:
+    """Sampled lengths recorded in the prompt table (a trace like CASTILLO), when the data has them."""
+    from lengthpred.data import load_prompts
+
+    try:
+        return samples_from_prompts(load_prompts(cfg.data)) or None
+    except LengthpredError:
+        return None
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
     e = cfg.eval
+    reference = resolve(e.reference) if e.get("reference") else None
+    samples = None
+    if (reference is None or not reference.is_file()) and e.ceiling_from_prompts:
+        samples = prompt_samples(cfg)
     with tracked(cfg, "evaluate") as tracker:
         results = evaluate_run(
             resolve(e.input_dir),
@@ -34,7 +49,8 @@ def main(cfg: DictConfig) -> None:
             params=OmegaConf.to_container(e.params, resolve=True),
             paired_baselines=list(e.paired.baselines),
             paired_metrics=list(e.paired.metrics),
-            reference=resolve(e.reference) if e.get("reference") else None,
+            reference=reference,
+            samples=samples,
             splits_json=resolve(e.splits_json) if e.get("splits_json") else None,
             shift_key=str(e.shift_key),
             pool_indomain=bool(e.pool_indomain),

@@ -142,3 +142,16 @@ def test_bad_predictions_file_is_named(tmp_path):
         evaluate_run(empty, NO_CFG)
     with pytest.raises(DataError, match="no such run or experiment directory"):
         evaluate_run(tmp_path / "missing", NO_CFG)
+
+
+def test_ceiling_from_prompt_table_lengths(experiment):
+    from lengthpred.eval.report import read_reference_samples, samples_from_prompts
+
+    ref = read_reference_samples(experiment / "reference.jsonl")
+    records = [{"id": i, "lengths": v} for i, v in ref.items()] + [{"id": "single", "lengths": [3]}]
+    samples = samples_from_prompts(records)
+    assert "single" not in samples and len(samples) == len(ref)
+    res = evaluate_run(experiment, NO_CFG, n_boot=0, samples=samples)
+    via_file = evaluate_run(experiment, NO_CFG, n_boot=0, reference=experiment / "reference.jsonl")
+    a = _get(res, "noise_ceiling", "indomain/code/test", "ceiling_mean_k").value
+    assert a == _get(via_file, "noise_ceiling", "indomain/code/test", "ceiling_mean_k").value

@@ -25,6 +25,7 @@ from lengthpred.eval.results import (
     Provenance,
     ceiling_rows,
     check_consistent,
+    config_difference,
     provenance_for,
     read_results,
     result_row,
@@ -49,6 +50,13 @@ def read_reference_samples(path: str | Path) -> dict[str, list[float]]:
                 raise DataError(f"{path}:{n}: reference line lacks id/length")
             out.setdefault(str(rec.get("id", rec.get("ids"))), []).append(float(rec["length"]))
     return out
+
+
+def samples_from_prompts(records: Any) -> dict[str, list[float]]:
+    """Per-id sampled lengths from a prompt table's `lengths` column (a trace such as CASTILLO)."""
+    return {
+        str(r["id"]): [float(x) for x in r["lengths"]] for r in records if len(r.get("lengths") or []) >= 2
+    }
 
 
 def paired_rows(
@@ -143,6 +151,23 @@ def latest_file_per_group(loaded: Sequence[tuple[Path, pd.DataFrame]]) -> dict[t
     return latest
 
 
+def check_same_provenance(files: Sequence[tuple[Path, Provenance]]) -> None:
+    """Refuse predictions of different models/configs in one results file, naming the files and what differs."""
+    if not files:
+        return
+    f0, p0 = files[0]
+    for f, p in files[1:]:
+        for key in ("model", "config_hash"):
+            if getattr(p, key) != getattr(p0, key):
+                diff = config_difference(p0.hashed or {}, p.hashed or {}) if key == "config_hash" else ""
+                raise DataError(
+                    f"predictions disagree on {key}: {getattr(p0, key)!r} ({f0}) vs {getattr(p, key)!r} ({f})"
+                    + (f" [{diff}]" if diff else "")
+                    + "; tables compare predictors of one model and config: rerun the stale stage or evaluate "
+                    "each run into its own experiment (eval.input_dir=...)"
+                )
+
+
 def evaluate_run(
     root: str | Path,
     fallback_cfg: DictConfig,
@@ -155,6 +180,7 @@ def evaluate_run(
     paired_baselines: Sequence[str] = ("static",),
     paired_metrics: Sequence[str] = ("spearman",),
     reference: str | Path | None = None,
+    samples: Mapping[str, Sequence[float]] | None = None,
     splits_json: str | Path | None = None,
     shift_key: str = "length_wasserstein",
     pool_indomain: bool = True,
@@ -166,14 +192,16 @@ def evaluate_run(
     loaded = [(f, read_predictions(f)) for f in files]
     latest = latest_file_per_group(loaded)
     frames, split_ids, n_samples = [], {}, {}
-    prov = None
-    for f, df in tqdm(loaded, desc="evaluate", disable=len(loaded) < 2):
-        keep = [latest[(h, s)] == f for h, s in zip(df["head"], df["split"], strict=True)]
-        df = df[keep]
+    kept = []
+    for f, df in loaded:
+        df = df[[latest[(h, s)] == f for h, s in zip(df["head"], df["split"], strict=True)]]
         if df.empty:
             log.warning("evaluate: %s superseded by newer runs of the same heads and splits; skipped", f)
             continue
-        prov = provenance_for(f, Path(root), fallback_cfg)
+        kept.append((f, df, provenance_for(f, Path(root), fallback_cfg)))
+    check_same_provenance([(f, p) for f, _, p in kept])
+    prov = None
+    for f, df, prov in tqdm(kept, desc="evaluate", disable=len(kept) < 2):
         df = attach_n_parameters(df, f)
         if pool_indomain:
             df = add_pooled_indomain(df)
@@ -190,12 +218,14 @@ def evaluate_run(
             split_ids.setdefault(split, set()).update(g["id"])
             n_samples[split] = float(g["n_samples"].median())
     assert prov is not None
+    source = "(prompt table lengths)"
     if reference is not None and Path(reference).is_file():
-        samples = read_reference_samples(reference)
+        samples, source = read_reference_samples(reference), str(reference)
+    if samples:
         c = ceiling_rows(
             samples, split_ids, prov, k=n_samples, seed=seed, n_boot=n_boot, confidence=confidence
         )
-        c["source"] = str(reference)
+        c["source"] = source
         frames.append(c)
     if splits_json is not None and Path(splits_json).is_file():
         s = shift_rows(json.loads(Path(splits_json).read_text()), prov, key=shift_key)

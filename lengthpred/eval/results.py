@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ SPLIT_HEAD = "_split"
 # config groups that decide what the targets are; heads and features may differ within one table
 HASHED_GROUPS = ("model", "data", "generate")
 _PATHLIKE = ("dir", "root", "path", "file")
+# keys that change how a stage runs, not what the targets are
+_OPERATIONAL = {"batch_size", "backend", "limit", "export_reference", "progress", "num_workers", "device"}
 
 
 @dataclass(frozen=True)
@@ -52,24 +54,51 @@ class Provenance:
     model: str
     data: str
     config_hash: str
+    hashed: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)  # what the hash covers
 
 
 def _strip_paths(node: Any) -> Any:
     if isinstance(node, Mapping):
-        return {k: _strip_paths(v) for k, v in sorted(node.items()) if not any(p in k for p in _PATHLIKE)}
+        return {
+            k: _strip_paths(v)
+            for k, v in sorted(node.items())
+            if not any(p in k for p in _PATHLIKE) and k not in _OPERATIONAL
+        }
     if isinstance(node, list):
         return [_strip_paths(v) for v in node]
     return node
 
 
-def config_hash(cfg: DictConfig | Mapping[str, Any]) -> str:
-    """12 hex chars over the model/data/generate groups, path-like keys excluded (machine-independent)."""
+def hashed_part(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """The model/data/generate groups without path-like or operational keys (machine-independent)."""
     if isinstance(cfg, DictConfig):
         part = {g: OmegaConf.to_container(cfg[g], resolve=False) for g in HASHED_GROUPS if g in cfg}
     else:
         part = {g: cfg[g] for g in HASHED_GROUPS if g in cfg}
-    blob = json.dumps(_strip_paths(part), sort_keys=True, default=str)
+    return _strip_paths(part)
+
+
+def config_hash(cfg: DictConfig | Mapping[str, Any]) -> str:
+    """12 hex chars over `hashed_part(cfg)`."""
+    blob = json.dumps(hashed_part(cfg), sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): node}
+
+
+def config_difference(a: Mapping[str, Any], b: Mapping[str, Any], limit: int = 4) -> str:
+    """`generate.temperature: 0.7 vs 1.0; …` for the hashed keys that differ."""
+    fa, fb = _flatten(a), _flatten(b)
+    keys = sorted(k for k in set(fa) | set(fb) if fa.get(k, "<absent>") != fb.get(k, "<absent>"))
+    text = "; ".join(f"{k}: {fa.get(k, '<absent>')!r} vs {fb.get(k, '<absent>')!r}" for k in keys[:limit])
+    return text + (f"; +{len(keys) - limit} more" if len(keys) > limit else "")
 
 
 def provenance_from_cfg(cfg: DictConfig) -> Provenance:
@@ -80,6 +109,7 @@ def provenance_from_cfg(cfg: DictConfig) -> Provenance:
         model=str(model.get("name", "unknown")),
         data=str(data.get("name", "unknown")),
         config_hash=config_hash(cfg),
+        hashed=hashed_part(cfg),
     )
 
 
