@@ -155,3 +155,16 @@ def test_ceiling_from_prompt_table_lengths(experiment):
     via_file = evaluate_run(experiment, NO_CFG, n_boot=0, reference=experiment / "reference.jsonl")
     a = _get(res, "noise_ceiling", "indomain/code/test", "ceiling_mean_k").value
     assert a == _get(via_file, "noise_ceiling", "indomain/code/test", "ceiling_mean_k").value
+
+
+def test_evaluate_names_the_config_key_that_differs(experiment, tmp_path):
+    root = tmp_path / "exp"
+    shutil.copytree(experiment, root)
+    run2 = root / "runs" / "r2"
+    shutil.copytree(root / "runs" / "r1", run2)
+    df = pd.read_parquet(run2 / "predictions.parquet")
+    df.assign(head=df["head"] + "_v2").to_parquet(run2 / "predictions.parquet")
+    cfg = run2 / ".hydra" / "config.yaml"
+    cfg.write_text(cfg.read_text().replace("temperature: 0.7", "temperature: 1.0, batch_size: 64"))
+    with pytest.raises(DataError, match=r"config_hash.*\[generate.temperature: 0.7 vs 1.0\]"):
+        _evaluate(root, n_boot=0)
