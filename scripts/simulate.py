@@ -22,6 +22,7 @@ from lengthpred.errors import ConfigError
 from lengthpred.sched import experiment as ex
 from lengthpred.sched import sources
 from lengthpred.sched.hardware import get_profile
+from lengthpred.tracking import Tracker, tracked
 
 log = logging.getLogger("lengthpred")
 
@@ -68,6 +69,11 @@ def load_source(sc: DictConfig, seed: int) -> sources.LengthSource:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
+    with tracked(cfg, "simulate") as tracker:
+        _run(cfg, tracker)
+
+
+def _run(cfg: DictConfig, tracker: Tracker) -> None:
     sc = cfg.sched
     out = Path(sc.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -111,8 +117,12 @@ def main(cfg: DictConfig) -> None:
             indent=1,
         )
     )
+    key = summary[summary["metric"] == ex.KEY]
+    tracker.log_table("sched_results", ["policy", "predictor", "load", "value", "ci_low", "ci_high"],
+                      key[["policy", "predictor", "load", "value", "ci_low", "ci_high"]].values.tolist())
     if sc.plots:
         ex.plot_latency_vs_load(summary, out / "latency_vs_load.png")
+        tracker.log_image("latency_vs_load", out / "latency_vs_load.png")
     print(ex.format_table(summary, gains))
     print(f"wrote {out}/sched_results.csv (+ runs, gains, latencies, plot)")
 
