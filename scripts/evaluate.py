@@ -21,8 +21,12 @@ from lengthpred.tracking import tracked
 
 
 def prompt_samples(cfg: DictConfig) -> dict[str, list[float]] | None:
-    """Sampled lengths recorded in the prompt table (a trace like CASTILLO), when the data has them."""
+    """Sampled lengths recorded in the prompt table, only when the targets come from it (a trace like
+    CASTILLO): other data configs' recorded lengths are another model's, not the serving model's."""
     from lengthpred.data import load_prompts
+
+    if cfg.data.get("kind") != "trace" and cfg.get("targets_from") != "prompts":
+        return None
 
     try:
         return samples_from_prompts(load_prompts(cfg.data)) or None
