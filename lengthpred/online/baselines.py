@@ -19,6 +19,8 @@ from lengthpred.online.rls import RLSRegressor
 class StaticReadout(RLSRegressor):
     """The offline ridge readout, frozen: completed requests are validated and counted, never learned."""
 
+    _keeps_P = False
+
     def __init__(self, alpha: float = 1.0) -> None:
         super().__init__(alpha, forgetting=1.0, trace_cap=None)
 
@@ -31,6 +33,8 @@ class StaticReadout(RLSRegressor):
 
 class NLMSRegressor(RLSRegressor):
     """Normalised LMS (online SGD on squared log error): θ ← θ + μ e z / (ε + ‖z‖²). O(d) per update."""
+
+    _keeps_P = False
 
     def __init__(self, alpha: float = 1.0, *, step_size: float = 0.05, eps: float = 1.0) -> None:
         super().__init__(alpha, forgetting=1.0, trace_cap=None)

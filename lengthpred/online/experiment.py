@@ -60,7 +60,22 @@ def _load_inputs(cfg: DictConfig) -> tuple[dict, Any, pd.DataFrame]:
     return splits, ensure_features(cfg, prompts), targets
 
 
-def run_adaptation(
+def run_adaptation(cfg: DictConfig, out_dir: str | Path, **inputs: Any) -> dict[str, Any]:
+    """Run the online stage; inputs (splits, feature_set, targets, tracker) default to the project's stages.
+
+    `online.blas_threads` caps BLAS threads for the stage (threadpoolctl): threaded level-2 BLAS at
+    d≈576 spins badly on a busy small machine (measured here: a 577×577 Cholesky took seconds).
+    """
+    n_threads = cfg.online.get("blas_threads")
+    if n_threads is None:
+        return _run_adaptation(cfg, out_dir, **inputs)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=int(n_threads), user_api="blas"):
+        return _run_adaptation(cfg, out_dir, **inputs)
+
+
+def _run_adaptation(
     cfg: DictConfig,
     out_dir: str | Path,
     *,
@@ -69,7 +84,6 @@ def run_adaptation(
     targets: Any = None,
     tracker: Any = None,
 ) -> dict[str, Any]:
-    """Run the online stage; inputs are loaded from the project's stages unless passed in (tests)."""
     ocfg = cfg.online
     if splits is None or feature_set is None or targets is None:
         splits, feature_set, targets = _load_inputs(cfg)
@@ -83,6 +97,7 @@ def run_adaptation(
     (out / "plots").mkdir(parents=True, exist_ok=True)
     completion = build_completion(ocfg)
     curves, summaries, preds = [], [], []
+    to_plot = _pairs_to_plot(pairs, ocfg.get("plot_pairs"), str(ocfg.shift_key))
     for k, pair in enumerate(pairs):
         ps = pair_stream(
             pair,
@@ -108,11 +123,12 @@ def run_adaptation(
         curves.append(res.curves)
         summaries.append(res.summary)
         preds.append(prediction_rows(ps, res, targets))
-        plot_curves(
-            res.curves,
-            f"{ps.name} (shift {ps.shift:.2f}, α={alpha:g})",
-            out / "plots" / f"curves_{_slug(ps.name)}.png",
-        )
+        if ps.name in to_plot:
+            plot_curves(
+                res.curves,
+                f"{ps.name} (shift {ps.shift:.2f}, α={alpha:g})",
+                out / "plots" / f"curves_{_slug(ps.name)}.png",
+            )
         log.info("pair %s: %s", ps.name, res.summary.set_index("head")["stream_spearman"].round(3).to_dict())
     curves_df, summary_df = pd.concat(curves, ignore_index=True), pd.concat(summaries, ignore_index=True)
     rls_heads = [rls_name(lam) for lam in (ocfg.forgetting or [])]
@@ -156,6 +172,15 @@ def headline_numbers(gains: pd.DataFrame, rls_heads: Sequence[str]) -> dict[str,
     out["best_rls"] = str(best)
     out["shift_median"] = median
     return out
+
+
+def _pairs_to_plot(pairs: Sequence[dict], n: int | None, shift_key: str) -> set[str]:
+    """All pairs (n = null) or the n/2 smallest- and n/2 largest-shift pairs (curves PNGs cost ≈1 s each)."""
+    if n is None or n >= len(pairs):
+        return {p["name"] for p in pairs}
+    order = sorted(pairs, key=lambda p: float(p.get("shift", {}).get(shift_key, np.nan)))
+    k = max(1, int(n) // 2)
+    return {p["name"] for p in order[:k] + order[-k:]}
 
 
 def _slug(name: str) -> str:

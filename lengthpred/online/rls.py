@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 from safetensors.numpy import load_file, save_file
+from scipy.linalg import cho_solve, lapack
 
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.online import _blas
@@ -46,6 +47,8 @@ class RLSRegressor:
     valid row, in order. Rows with a missing, non-finite or non-positive length, non-finite features, or
     a wrong feature count are skipped and counted in `rejected_` (state unchanged for them).
     """
+
+    _keeps_P = True  # baselines that never use P skip its O(d³) inverse
 
     def __init__(
         self, alpha: float = 1.0, *, forgetting: float = 1.0, trace_cap: float | None = 10.0
@@ -88,17 +91,19 @@ class RLSRegressor:
         scale[scale < 10 * np.finfo(np.float64).eps] = 1.0  # as StandardScaler: constant columns kept at 1
         self.scale_ = scale
         Z = self._augment(X)  # [n, d+1]
-        z = np.log1p(y)
         G = Z.T @ Z
         G[np.arange(d), np.arange(d)] += float(self.alpha)
-        # Cholesky inverse: G is SPD (the ones column has n > 0, the others +α).
-        L = np.linalg.cholesky(G)
-        Linv = np.linalg.solve(L, np.eye(d + 1))
-        P = Linv.T @ Linv
-        self.theta_ = P @ (Z.T @ z)
-        self._M = np.asfortranarray(0.5 * (P + P.T))
+        # G is SPD (the ones column has n > 0, the others +α): Cholesky, then P from it (upper triangle)
+        c, info = lapack.dpotrf(G, lower=0)
+        if info != 0:
+            raise DataError(f"ridge Gram matrix is not positive definite (LAPACK info={info})")
+        self.theta_ = cho_solve((c, False), Z.T @ np.log1p(y))
         self._c = 1.0
-        self.trace0_ = float(np.trace(P))
+        self._M = None
+        if self._keeps_P:
+            Pu, info = lapack.dpotri(c, lower=0)  # upper triangle of G⁻¹: all the symmetric kernels read
+            self._M = np.asfortranarray(np.triu(Pu))
+            self.trace0_ = float(np.trace(Pu))
         self.n_features_in_ = d
         self.n_samples_seen_ = n
         self.n_updates_ = 0
@@ -210,6 +215,8 @@ class RLSRegressor:
     def P_(self) -> np.ndarray:
         """Inverse regularised Gram matrix [d+1, d+1] (last row/column: the intercept)."""
         self._check_fitted()
+        if self._M is None:
+            raise DataError(f"{type(self).__name__} keeps no P (only RLS does)")
         return self._c * _upper_to_full(self._M)
 
     @property
@@ -221,10 +228,10 @@ class RLSRegressor:
         self._check_fitted()
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        save_file(
-            {"theta": self.theta_, "P": self.P_, "mean": self.mean_, "scale": self.scale_},
-            str(out / "rls.safetensors"),
-        )
+        arrays = {"theta": self.theta_, "mean": self.mean_, "scale": self.scale_}
+        if self._M is not None:
+            arrays["P"] = self.P_
+        save_file(arrays, str(out / "rls.safetensors"))
         meta = {
             "class": "RLSRegressor",
             "params": self.get_params(),
@@ -233,7 +240,7 @@ class RLSRegressor:
             "n_updates": self.n_updates_,
             "rejected": self.rejected_,
             "resets": self.resets_,
-            "trace0": self.trace0_,
+            "trace0": getattr(self, "trace0_", None),
         }
         (out / "rls.json").write_text(json.dumps(meta, indent=2))
         return out
@@ -247,7 +254,7 @@ class RLSRegressor:
         t = load_file(str(d / "rls.safetensors"))
         est = cls(**meta["params"])
         est.theta_ = t["theta"].astype(np.float64)
-        est._M = np.asfortranarray(t["P"].astype(np.float64))
+        est._M = np.asfortranarray(np.triu(t["P"].astype(np.float64))) if "P" in t else None
         est._c = 1.0
         est.mean_, est.scale_ = t["mean"], t["scale"]
         est.n_features_in_ = int(meta["n_features_in"])
@@ -255,5 +262,6 @@ class RLSRegressor:
         est.n_updates_ = int(meta["n_updates"])
         est.rejected_ = int(meta["rejected"])
         est.resets_ = int(meta["resets"])
-        est.trace0_ = float(meta["trace0"])
+        if meta["trace0"] is not None:
+            est.trace0_ = float(meta["trace0"])
         return est
