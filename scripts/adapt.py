@@ -1,8 +1,8 @@
 """Online adaptation stage: stream each cross-domain target split through RLS and its baselines.
 
     .venv/bin/python scripts/adapt.py experiment=demo                      # every pair, conf/online/rls.yaml
-    .venv/bin/python scripts/adapt.py online=sweep 'online.pairs=[chat->math]'
-    .venv/bin/python scripts/adapt.py online=instant online.forgetting=[1.0,0.99]
+    .venv/bin/python scripts/adapt.py online=sweep "online.pairs=['chat->math','summarization->qa']"
+    .venv/bin/python scripts/adapt.py online/completion=instant online.forgetting=[1.0,0.99]
 
 Writes curves.csv, summary.csv, gains.csv, predictions.parquet, plots/*.png and adapt.json into the run
 directory (outputs/<experiment>/runs/<time>/) and logs them to W&B (offline by default).

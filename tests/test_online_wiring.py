@@ -1,0 +1,54 @@
+"""scripts/adapt.py's loaders on the real demo prompts and splits (features and targets faked: no model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lengthpred.paths import REPO_ROOT
+from tests.conftest import compose_cfg
+
+SPLITS = REPO_ROOT / "data" / "splits" / "demo" / "splits.json"
+
+
+@pytest.mark.skipif(not SPLITS.is_file(), reason="needs the demo splits (scripts/prepare_data.py)")
+def test_adapt_loads_prompts_splits_features_and_targets(tmp_path, monkeypatch):
+    import lengthpred.features
+    import lengthpred.targets
+    from lengthpred.data import load_prompts
+    from lengthpred.online.experiment import run_adaptation
+
+    overrides = [
+        f"data.out_dir={REPO_ROOT / 'data' / 'splits' / 'demo'}",
+        "online.alpha=10.0",
+        "online.plot_pairs=0",
+        "online.pairs=['chat->math','summarization->qa']",
+    ]
+    cfg = compose_cfg(overrides, tmp_path)
+    prompts = load_prompts(cfg.data)
+    rng = np.random.default_rng(0)
+    fake = pd.DataFrame(
+        {"target": rng.integers(5, 300, len(prompts)).astype(float), "n_samples": 1, "capped_frac": 0.0},
+        index=pd.Index(prompts["id"], name="id"),
+    )
+    monkeypatch.setattr(lengthpred.targets, "load_targets", lambda cfg: fake)
+    calls = []
+
+    class _FS:
+        ids = list(prompts["id"])
+
+        def get(self, name):
+            calls.append(name)
+            return rng.normal(size=(len(self.ids), 16)).astype(np.float32)
+
+    monkeypatch.setattr(
+        lengthpred.features, "ensure_features", lambda cfg, p: _FS() if len(p) == len(prompts) else None
+    )
+    res = run_adaptation(cfg, tmp_path / "run")
+    assert res["n_pairs"] == 2 and calls == ["hs.L20.last"]
+    preds = pd.read_parquet(tmp_path / "run" / "predictions.parquet")
+    assert set(preds["domain"]) >= {"math", "qa"}
+    assert set(preds["split"]) == {
+        f"cross/{p}/{part}" for p in ("chat->math", "summarization->qa") for part in ("test", "stream")
+    }
