@@ -72,7 +72,7 @@ def test_online_options_compose_and_build(option, tmp_path):
 def test_lambda_out_of_range_fails_before_work(tmp_path):
     cfg = compose_cfg(["online.forgetting=[1.0,1.2]"], tmp_path)
     with pytest.raises(ConfigError, match=r"\(0, 1\]"):
-        run_adaptation(cfg, tmp_path, splits={"cross": []}, feature_set=object(), targets={})
+        run_adaptation(cfg, tmp_path)  # no inputs passed: must fail before loading any
 
 
 def test_run_adaptation_writes_curves_gains_and_predictions(tmp_path):

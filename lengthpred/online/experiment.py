@@ -85,10 +85,11 @@ def _run_adaptation(
     tracker: Any = None,
 ) -> dict[str, Any]:
     ocfg = cfg.online
+    build_heads(ocfg, 1.0)  # validate λ and baselines before any work
+    build_completion(ocfg)
     if splits is None or feature_set is None or targets is None:
         splits, feature_set, targets = _load_inputs(cfg)
     targets = as_target_frame(targets)
-    build_heads(ocfg, 1.0)  # validate λ and baselines before any work
     features = feature_lookup(feature_set, str(ocfg.feature))
     pairs = select_pairs(splits.get("cross", []), list(ocfg.pairs) if ocfg.get("pairs") else None)
     if not pairs:
