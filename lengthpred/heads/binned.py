@@ -86,7 +86,7 @@ class BinnedMLPHead(BaseHead):
         max_length: float | None = None,
         decode: str = "expected",
         random_state: int = 0,
-        n_threads: int = 2,
+        n_threads: int = 1,
     ) -> None:
         self.hidden = hidden
         self.n_bins = n_bins
@@ -264,6 +264,6 @@ class ProbeHead(BinnedMLPHead):
         max_length: float | None = None,
         decode: str = "expected",
         random_state: int = 0,
-        n_threads: int = 2,
+        n_threads: int = 1,
     ) -> None:
         super().__init__(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})
