@@ -116,3 +116,25 @@ def test_every_online_option_builds_its_completion_model(tmp_path):
         comp = build_completion(compose_cfg([f"online/completion={option}"], tmp_path).online)
         arr, done = comp.schedule(np.array([30.0, 5.0, 60.0]))
         assert (done[np.isfinite(done)] >= arr[np.isfinite(done)]).all()
+
+
+def test_tracker_gets_tables_images_and_headline(tmp_path):
+    class _Rec:
+        def __init__(self):
+            self.tables, self.images, self.summ = [], [], {}
+
+        def log_table(self, key, columns, rows):
+            self.tables.append((key, len(rows)))
+
+        def log_image(self, key, path):
+            self.images.append(key)
+
+        def summary(self, values):
+            self.summ.update(values)
+
+    splits, fs, targets = _synthetic(seed=1)
+    rec = _Rec()
+    cfg = compose_cfg(["online.alpha=1.0", "online.forgetting=[0.99]", "online.record_every=20"], tmp_path)
+    run_adaptation(cfg, tmp_path, splits=splits, feature_set=fs, targets=targets, tracker=rec)
+    assert {k for k, _ in rec.tables} == {"online/summary", "online/gains", "online/curves"}
+    assert "online/gain_vs_shift" in rec.images and rec.summ["best_rls"] == "rls@0.99"

@@ -148,9 +148,8 @@ def _run_adaptation(
     )
     if tracker is not None:
         tracker.summary(headline)
-        tracker.log_table(
-            "online/summary", list(summary_df.columns), summary_df.astype(object).values.tolist()
-        )
+        for key, df in (("summary", summary_df), ("gains", gains), ("curves", curves_df)):
+            tracker.log_table(f"online/{key}", list(df.columns), df.astype(object).values.tolist())
         for png in sorted((out / "plots").glob("*.png")):
             tracker.log_image(f"online/{png.stem}", png)
     return {"out_dir": str(out), "n_pairs": len(pairs), **headline}
