@@ -78,8 +78,13 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
     targets = load_targets_for(cfg, prompts)
     features = None
     if klass.input_kind in ("features", "n_prompt_tokens"):
-        from lengthpred.features import ensure_features
+        from lengthpred.features import ensure_features, settings_from_cfg
 
+        pools = settings_from_cfg(cfg).pool_names
+        if feature is not None and str(hcfg.pooling) not in pools:
+            raise DataError(
+                f"head.pooling={hcfg.pooling!r} is not extracted by this features config; pools: {pools}"
+            )
         features = ensure_features(cfg, prompts)
     ids = indomain_ids(splits)
     sets = {
