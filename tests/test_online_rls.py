@@ -150,3 +150,20 @@ def test_gil_free_blas_matches_scipy():
     np.testing.assert_allclose(_blas.symv(A, u), blas.dsymv(1.0, A, u), rtol=1e-12)
     ref = blas.dsyr(-0.3, u, a=A.copy(order="F"))
     np.testing.assert_allclose(np.triu(_blas.syr(-0.3, u, A)), np.triu(ref), rtol=1e-12)
+
+
+def test_warm_start_from_the_linear_head():
+    from lengthpred.heads.linear import LinearHead
+
+    rng = np.random.default_rng(8)
+    A, yA = _rows(rng, 90, 12)
+    B, yB = _rows(rng, 40, 12, shift=0.5)
+    head = LinearHead(alpha=4.0).fit(A, yA)
+    warm = RLSRegressor.from_linear_head(head, A, forgetting=1.0)
+    ref = RLSRegressor(alpha=4.0).fit(A, yA)
+    np.testing.assert_allclose(warm.theta_, ref.theta_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(warm.P_, ref.P_, rtol=1e-10)
+    np.testing.assert_allclose(warm.predict(B), head.predict(B), rtol=1e-8)
+    warm.partial_fit(B, yB)
+    ref.partial_fit(B, yB)
+    np.testing.assert_allclose(warm.theta_, ref.theta_, rtol=1e-8, atol=1e-10)

@@ -111,6 +111,32 @@ class RLSRegressor:
         self.resets_ = 0
         return self
 
+    @classmethod
+    def from_linear_head(cls, head: Any, X: np.ndarray, **params: Any) -> RLSRegressor:
+        """Warm start from a fitted `linear` head (lengthpred.heads): its scaler, alpha and weights;
+        P₀ from X, the rows it was fitted on. Equals `cls(alpha=head.alpha_).fit(X, y)` (tested)."""
+        if getattr(head, "target", "log1p") != "log1p" or getattr(head, "log_features", False):
+            raise ConfigError("RLS continues a linear head with target='log1p' and log_features=False only")
+        est = cls(alpha=float(head.alpha_), **params)
+        est._validate_params()
+        X = np.asarray(X, dtype=np.float64)
+        scaler = head.scaler_
+        est.mean_ = np.asarray(scaler.mean_, dtype=np.float64)
+        est.scale_ = np.asarray(scaler.scale_, dtype=np.float64)
+        Z = est._augment(X)
+        d = X.shape[1]
+        G = Z.T @ Z
+        G[np.arange(d), np.arange(d)] += est.alpha
+        c, info = lapack.dpotrf(G, lower=0)
+        if info != 0:
+            raise DataError(f"ridge Gram matrix is not positive definite (LAPACK info={info})")
+        est.theta_ = np.r_[np.asarray(head.coef_, dtype=np.float64), float(head.intercept_)]
+        Pu, _ = lapack.dpotri(c, lower=0)
+        est._M, est._c, est.trace0_ = np.asfortranarray(np.triu(Pu)), 1.0, float(np.trace(Pu))
+        est.n_features_in_, est.n_samples_seen_ = d, len(X)
+        est.n_updates_ = est.rejected_ = est.resets_ = 0
+        return est
+
     def _augment(self, X: np.ndarray) -> np.ndarray:
         Xs = (X - self.mean_) / self.scale_
         return np.hstack([Xs, np.ones((len(Xs), 1))])
