@@ -162,3 +162,19 @@ def test_continuous_batching_matches_schema(tmp_path, tiny_model, tokenizer):
     ds = load_generations(tmp_path)
     assert len(ds) == 6
     assert all(r["length"] == len(r["token_ids"]) <= CAP for r in ds)
+
+
+@pytest.mark.integration
+def test_real_model_lengths_agree_with_retokenised_texts(tmp_path):
+    from lengthpred.models.serving import load_causal_lm
+    from lengthpred.models.specs import embedded_serving_spec
+
+    model, tok = load_causal_lm(embedded_serving_spec())
+    prompts = datasets.Dataset.from_dict({"id": ["a" * 16, "b" * 16], "messages": [
+        [{"role": "user", "content": "Name three colours."}],
+        [{"role": "user", "content": "What is the capital of France?"}]]})
+    s = GenerationSettings(backend="cb", num_samples=1, max_new_tokens=24, batch_size=2)
+    run_generation(prompts, BACKENDS.get("cb")(model, tok, s), tok, s, tmp_path, max_context=2048, progress=False)
+    report = retokenised_agreement(load_generations(tmp_path), tok)
+    assert report["n"] == 2 and report["n_length_ne_token_ids"] == 0 and report["canonical_exact"] == 1.0
+    assert report["mean_abs_diff"] <= 1.0

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -132,7 +135,9 @@ class ContinuousBatchingBackend(_HFBackend):
             inputs=rows, generation_config=self.gen_config,
             continuous_batching_config=ContinuousBatchingConfig(
                 seed=seed, allow_block_sharing=False, max_batch_tokens=self.max_batch_tokens,
-                num_blocks=sum(-(-(len(r) + self.settings.max_new_tokens) // CB_PAGE) for r in rows) + 1,
+                # room for every row at full length, twice over: a short cache makes the scheduler evict
+                # and re-prefill rows
+                num_blocks=2 * sum(-(-(len(r) + self.settings.max_new_tokens) // CB_PAGE) for r in rows) + 8,
             ),
             progress_bar=False, warmup=False,  # warmup captures CUDA graphs: ≈60 s for nothing on CPU
         )
@@ -164,6 +169,9 @@ class VLLMBackend:
         except ImportError:
             raise ModelError(VLLM_MISSING) from None
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB; the default (4) is wasteful on 24 GiB
+        if threading.current_thread() is threading.main_thread():
+            # a plain SIGTERM would skip vLLM's exit hooks and orphan its engine processes (still busy)
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         self.settings, self.tokenizer = settings, tokenizer
         self.eos = eos_ids(None, tokenizer)
         self.llm = LLM(model=checkpoint, dtype=dtype, max_model_len=max_model_len, seed=settings.seed,
@@ -180,7 +188,7 @@ class VLLMBackend:
                            max_tokens=s.max_new_tokens)
             for _ in keys
         ]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=True)
         grouped = []
         for o in outs:
             samples = []
