@@ -81,7 +81,7 @@ class ProxyHead(BaseHead):
         n_buckets: int = 10,
         group_size: int = 10,
         random_state: int = 0,
-        n_threads: int = 2,
+        n_threads: int = 1,
         progress: bool = True,
     ) -> None:
         self.encoder = encoder
@@ -156,7 +156,6 @@ class ProxyHead(BaseHead):
             self.encoder_.eval()
             self._calibrate(self._raw_predict(texts), y)
         self.fit_seconds_ = time.perf_counter() - t0
-        self.n_features_in_ = 1
         return self
 
     def _batches(self, texts: list[str], rng: np.random.Generator, size: int) -> list[np.ndarray]:
@@ -256,7 +255,6 @@ class ProxyHead(BaseHead):
         self.calib_scores_, self.calib_tokens_ = arrays["calib_scores"], arrays["calib_tokens"]
         self.target_mean_, self.target_std_ = (float(v) for v in arrays["target_stats"])
         self.fit_seconds_ = float(meta["fit_seconds"])
-        self.n_features_in_ = 1
 
     @property
     def n_parameters(self) -> int:
