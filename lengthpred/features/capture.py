@@ -36,12 +36,32 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     raise ModelError(f"{type(model).__name__}: cannot find its {n} decoder layers for feature capture")
 
 
+def attention_bias(mask: torch.Tensor, chunk: int) -> list[torch.Tensor]:
+    """Additive causal + key-padding bias per chunk of query rows: [B, 1, 1, c, T] each, 0 or -inf.
+
+    Padded query rows may see every earlier position (so no row is all -inf and softmax stays finite);
+    they are then left out of the sum by weight 0.
+    """
+    real = mask.bool()
+    t = mask.shape[1]
+    pos = torch.arange(t, device=mask.device)
+    out = []
+    for s in range(0, t, chunk):
+        e = min(t, s + chunk)
+        causal = pos[None, :] <= pos[s:e, None]  # [c, T]
+        allowed = causal[None] & (real[:, None, :] | ~real[:, s:e, None])  # [B, c, T]
+        bias = torch.zeros(allowed.shape, dtype=torch.float32, device=mask.device)
+        out.append(bias.masked_fill_(~allowed, float("-inf"))[:, None, None])
+    return out
+
+
 def received_attention(
     query: torch.Tensor,  # [B, H, T, hd] (after rotary)
     key: torch.Tensor,  # [B, Hkv, T, hd]
     mask: torch.Tensor,  # [B, T] 1 = real token
     scaling: float,
     chunk: int,
+    bias: list[torch.Tensor] | None = None,  # attention_bias(mask, chunk), shared by all layers of a batch
 ) -> torch.Tensor:
     """Attention each key position receives, summed over heads and real query positions: [B, T] float32.
 
@@ -49,21 +69,18 @@ def received_attention(
     """
     b, h, t, hd = query.shape
     hkv = key.shape[1]
-    q = query.reshape(b, hkv, h // hkv, t, hd)  # grouped-query heads share their key head
-    kt = key.transpose(-1, -2).unsqueeze(2)  # [B, Hkv, 1, hd, T]
-    real = mask.bool()
-    pos = torch.arange(t, device=query.device)
-    out = torch.zeros(b, t, dtype=torch.float32, device=query.device)
-    for s in range(0, t, chunk):
+    bias = bias if bias is not None else attention_bias(mask, chunk)
+    q = (query.float() * scaling).reshape(b, hkv, h // hkv, t, hd)  # grouped-query heads share a key head
+    kt = key.float().transpose(-1, -2).unsqueeze(2)  # [B, Hkv, 1, hd, T]
+    qw = mask.float()
+    out = torch.zeros(b, 1, t, dtype=torch.float32, device=query.device)
+    for k, s in enumerate(range(0, t, chunk)):
         e = min(t, s + chunk)
-        scores = torch.matmul(q[:, :, :, s:e], kt).float().mul_(scaling)  # [B, Hkv, g, c, T]
-        allowed = (pos[None, :] <= pos[s:e, None])[None] & real[:, None, :]  # [B, c, T]
-        scores.masked_fill_(~allowed[:, None, None], float("-inf"))
-        probs = scores.softmax(dim=-1)
-        # padded query rows are all -inf (NaN after softmax): drop them by selection, not multiplication
-        probs.masked_fill_(~real[:, None, None, s:e, None], 0.0)
-        out += probs.sum(dim=(1, 2, 3))
-    return out
+        scores = torch.matmul(q[:, :, :, s:e], kt)  # [B, Hkv, g, c, T]
+        probs = scores.add_(bias[k]).softmax(dim=-1).reshape(b, h * (e - s), t)
+        rows = qw[:, None, s:e].expand(b, h, e - s).reshape(b, 1, h * (e - s))  # real query rows
+        out.baddbmm_(rows, probs)  # Σ over heads and real queries
+    return out[:, 0]
 
 
 class PrefillCapture:
@@ -83,12 +100,14 @@ class PrefillCapture:
         self.received: torch.Tensor | None = None
         self.n_attn_calls = 0
         self._mask: torch.Tensor | None = None
+        self._bias: list[torch.Tensor] | None = None
         self._handles: list = []
         self._attn_ids: set[int] = set()
         self._restore: list[tuple[object, str, object]] = []
 
     def begin(self, mask: torch.Tensor) -> None:
         self._mask = mask
+        self._bias = None
         self.hidden = {}
         self.received = None
         self.n_attn_calls = 0
@@ -109,7 +128,9 @@ class PrefillCapture:
             if id(module) in self._attn_ids and self._mask is not None:
                 scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or query.shape[-1] ** -0.5
                 with torch.no_grad():
-                    r = received_attention(query, key, self._mask, float(scaling), self.attn_chunk)
+                    if self._bias is None:
+                        self._bias = attention_bias(self._mask, self.attn_chunk)
+                    r = received_attention(query, key, self._mask, float(scaling), self.attn_chunk, self._bias)
                 self.received = r if self.received is None else self.received + r
                 self.n_attn_calls += 1
             return out
@@ -164,5 +185,6 @@ class PrefillCapture:
                     del ALL_ATTENTION_FUNCTIONS[impl]
             self._restore.clear()
         self._mask = None
+        self._bias = None
         self.hidden = {}
         self.received = None

@@ -80,9 +80,11 @@ class Plan:
                             if settings.needs_attention else [])
         if settings.needs_attention and not self.attn_layers:
             raise ConfigError("features: pools 'attn'/fused need at least one of features.attn_layers")
-        if model.get_output_embeddings() is None:
-            raise ModelLacksHead(f"{type(model).__name__} has no LM head: entropy needs a causal LM")
-        self.lm_head = model.get_output_embeddings()
+        head = model.get_output_embeddings()
+        if not isinstance(head, nn.Linear):
+            raise ModelLacksHead(f"{type(model).__name__} has no linear LM head: entropy needs a causal LM")
+        self.head_weight = head.weight.detach().to(_STORE[settings.entropy_dtype])  # no copy when unchanged
+        self.head_bias = None if head.bias is None else head.bias.detach()
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
         self.d = model.config.hidden_size
         self.pools = settings.pool_names
@@ -143,7 +145,7 @@ def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_i
         raise ModelLacksHead(f"{type(model).__name__}: attention importance saw {capture.n_attn_calls} of "
                              f"{len(plan.attn_layers)} attention layers; set features.attn_layers=[] and drop "
                              f"the attn/fused pools")
-    entropy = token_entropy(final, mask, plan.lm_head, s.entropy_chunk, plan.softcap)  # [B, T]
+    entropy = token_entropy(final, mask, plan.head_weight, plan.head_bias, s.entropy_chunk, plan.softcap)
     weights = pool_weights(mask, s.pools, s.fused, entropy=entropy, received=capture.received)
     w = torch.stack([weights[p] for p in plan.pools], dim=1)  # [B, K, T]
     cols: dict[str, torch.Tensor] = {}

@@ -7,7 +7,6 @@ so left and right padding pool the same tokens.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from lengthpred.features.settings import _FUSED
 
@@ -23,24 +22,41 @@ def last_index(mask: torch.Tensor) -> torch.Tensor:
 def token_entropy(
     final_hidden: torch.Tensor,  # [B, T, d] after the final norm
     mask: torch.Tensor,  # [B, T]
-    lm_head: nn.Module,
+    weight: torch.Tensor,  # [V, d] LM-head weight, in the dtype the logits are computed in
+    bias: torch.Tensor | None = None,
     chunk: int = 256,
     softcap: float | None = None,
 ) -> torch.Tensor:
     """Next-token entropy (nats) at each real prompt position, 0 at padding: [B, T] float32.
 
-    Only real positions go through the LM head, `chunk` tokens at a time, so no [B, T, vocab] tensor
-    ever exists.
+    Only real positions go through the LM head, `chunk` tokens at a time into buffers reused across
+    chunks (fresh 50 MB tensors per chunk cost as much as the maths on CPU), so no [B, T, vocab]
+    tensor ever exists. H = log Z - Σ e·l / Z with l shifted by its row max and e = exp(l).
     """
     real = mask.bool()
-    flat = final_hidden[real]  # [N, d]
-    out = torch.empty(flat.shape[0], dtype=torch.float32, device=final_hidden.device)
-    for s in range(0, flat.shape[0], chunk):
-        logits = lm_head(flat[s : s + chunk]).float()  # [c, V]
+    flat = final_hidden[real].to(weight.dtype)  # [N, d]
+    n, v = flat.shape[0], weight.shape[0]
+    out = torch.empty(n, dtype=torch.float32, device=final_hidden.device)
+    c = min(chunk, max(n, 1))
+    logits = torch.empty(c, v, dtype=torch.float32, device=flat.device)
+    expd = torch.empty_like(logits)
+    low = torch.empty(c, v, dtype=weight.dtype, device=flat.device) if weight.dtype != torch.float32 else None
+    wt = weight.t()
+    for s in range(0, n, c):
+        k = min(c, n - s)
+        lg, ex = logits[:k], expd[:k]
+        if low is None:
+            torch.matmul(flat[s : s + k], wt, out=lg)
+        else:
+            lg.copy_(torch.matmul(flat[s : s + k], wt, out=low[:k]))
+        if bias is not None:
+            lg.add_(bias.float())
         if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
-        logp = torch.log_softmax(logits, dim=-1)
-        out[s : s + chunk] = -(logp.exp() * logp).sum(dim=-1)
+            lg.div_(softcap).tanh_().mul_(softcap)
+        lg.sub_(lg.amax(dim=-1, keepdim=True))
+        torch.exp(lg, out=ex)
+        z = ex.sum(dim=-1)
+        out[s : s + k] = z.log() - torch.bmm(ex.unsqueeze(1), lg.unsqueeze(2)).view(k) / z
     ent = torch.zeros(mask.shape, dtype=torch.float32, device=final_hidden.device)
     ent[real] = out
     return ent
