@@ -146,14 +146,30 @@ def sample_agreement(targets: pd.DataFrame) -> float:
     return float(np.mean([spearmanr(mat[:, a], mat[:, b]).statistic for a, b in combinations(range(n), 2)]))
 
 
-def export_reference(cfg) -> Path:
-    """Write the merged generations of `cfg.generate` as the committed reference trace (no texts)."""
-    from lengthpred.generate import generations_dir, load_generations
-    from lengthpred.generate.store import read_json
+def export_reference(cfg, *, allow_partial: bool = False) -> Path:
+    """Write the merged generations of `cfg.generate` as the committed reference trace (no texts).
+
+    `allow_partial`: before the merge exists, export the prompts whose samples are all written so far,
+    marked `partial: true` in the meta line (for a run cut short; its rerun completes it).
+    """
+    from lengthpred.generate import GenerationSettings, generations_dir, load_generations
+    from lengthpred.generate.store import read_json, read_parts
 
     root = generations_dir(cfg)
-    rows = load_generations(root).select_columns(list(REFERENCE_COLUMNS)).to_pandas()
     manifest = read_json(root / "manifest.json", {})
+    partial = not (root / "merged").is_dir()
+    if partial and not allow_partial:
+        raise DataError(f"no merged generations at {root}; finish the run or pass allow_partial")
+    if partial:
+        rows = read_parts(root).to_pandas()[list(REFERENCE_COLUMNS)]
+        n = GenerationSettings.from_cfg(cfg.generate).num_samples
+        counts = rows.groupby("id")["sample"].nunique()
+        rows = rows[rows["id"].isin(counts.index[counts == n])]
+        manifest.update(n_prompts=int(rows["id"].nunique()), n_rows=len(rows),
+                        n_capped=int((rows["finish_reason"] == "length").sum()))
+    else:
+        rows = load_generations(root).select_columns(list(REFERENCE_COLUMNS)).to_pandas()
     meta = {k: manifest.get(k) for k in ("settings", "settings_hash", "model", "data", "dtype", "max_context",
                                           "n_prompts", "n_rows", "n_capped", "n_truncated", "rejected")}
+    meta["partial"] = partial
     return write_reference(rows, reference_path(cfg), meta)

@@ -95,3 +95,21 @@ def test_load_targets_prefers_merged_generations_and_falls_back_to_the_reference
     with pytest.raises(DataError, match="no merged generations"):
         load_targets(cfg)
     assert json.loads(reference_path(cfg).read_text().splitlines()[0])["meta"]["settings"]["num_samples"] == 3
+
+
+def test_partial_export_keeps_only_complete_prompts(tmp_path, tiny_model, tokenizer):
+    import datasets
+
+    from lengthpred.generate import generate_from_cfg
+    from lengthpred.targets import export_reference
+
+    cfg = _cfg(tmp_path, "generate.backend=static", "generate.max_new_tokens=6", "generate.batch_size=1",
+               "shard=0/2")
+    prompts = datasets.Dataset.from_dict({"id": ["a", "b", "c"], "messages": [
+        [{"role": "user", "content": f"question {i}"}] for i in range(3)]})
+    assert not generate_from_cfg(cfg, prompts, model=tiny_model, tokenizer=tokenizer, progress=False).merged
+    with pytest.raises(DataError, match="no merged generations"):
+        export_reference(cfg)
+    rows, meta = read_reference(export_reference(cfg, allow_partial=True))
+    assert meta["partial"] and sorted(rows["id"].unique()) == ["a", "c"] and meta["n_prompts"] == 2
+    assert set(rows["sample"]) == {0, 1}
