@@ -43,3 +43,16 @@ def run_stage(name: str, out_dir: Path, key: str, fn: Callable[[Path], Any], *, 
     marker.write_text(json.dumps({"key": key, "seconds": round(dt, 1), "finished": time.time()}))
     print(f"[{name}] done in {dt:.0f} s → {out_dir}", flush=True)
     return True
+
+
+def source_hash(repo: Path, extra: list[str] | None = None) -> str:
+    """Hash of everything a stage's result depends on besides cached data: library and script code,
+    configs, the committed reference traces, and the command-line overrides."""
+    h = hashlib.sha1()
+    patterns = ["lengthpred/**/*.py", "scripts/*.py", "conf/**/*.yaml", "data/reference/**/*.jsonl"]
+    for pattern in patterns:
+        for f in sorted(repo.glob(pattern)):
+            h.update(str(f.relative_to(repo)).encode())
+            h.update(f.read_bytes())
+    h.update(json.dumps(extra or []).encode())
+    return h.hexdigest()[:12]

@@ -1,0 +1,70 @@
+"""Every stage in order on one experiment, each cached: `make demo` / `make paper` call this.
+
+    .venv/bin/python scripts/demo.py experiment=demo          # ≈20 min on 2 CPU cores, ≈2 min when cached
+    .venv/bin/python scripts/demo.py experiment=paper         # everything at paper scale
+    .venv/bin/python scripts/demo.py experiment=demo pipeline.force=true   # rerun every stage
+
+Each stage is the user-facing script (scripts/<stage>.py) run as a subprocess with the same overrides,
+writing to outputs/<experiment>/<stage>/; a stage reruns only when code, configs, the committed
+reference trace or the overrides changed since it last finished.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from lengthpred.cli import stage
+from lengthpred.errors import LengthpredError
+from lengthpred.paths import REPO_ROOT
+from lengthpred.pipeline import run_stage, source_hash
+
+
+def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
+    """(name, script + stage-specific overrides) in run order; the experiment's overrides are added to each."""
+    p = cfg.pipeline
+    train_sweep = ["hydra/launcher=basic", "hydra.sweep.subdir=${head.name}"]
+    return [
+        ("model", ["prepare_model.py"]),
+        ("data", ["prepare_data.py"]),
+        ("generate", ["generate.py", "generate=live"]),
+        ("features", ["extract.py"]),
+        ("train", ["train.py", "-m", "head=" + ",".join(p.feature_heads), *train_sweep]),
+        ("train_proxy", ["train.py", "-m", "head=" + ",".join(p.proxy_heads), *train_sweep, *p.proxy_overrides]),
+        ("adapt", ["adapt.py"]),
+        ("simulate", ["simulate.py"]),
+        ("evaluate", ["evaluate.py"]),
+        ("tables", ["make_tables.py"]),
+    ]
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@stage
+def main(cfg: DictConfig) -> None:
+    exp_dir = REPO_ROOT / "outputs" / cfg.experiment_name
+    user = [o for o in HydraConfig.get().overrides.task if not o.startswith("pipeline.")]
+    key = source_hash(REPO_ROOT, user)
+    skip = set(cfg.pipeline.skip or [])
+    for name, (script, *args) in stage_commands(cfg):
+        if name in skip:
+            print(f"[{name}] skipped (pipeline.skip)", flush=True)
+            continue
+        out = exp_dir / name
+        where = f"hydra.sweep.dir={out}" if "-m" in args else f"hydra.run.dir={out}"
+        cmd = [sys.executable, str(REPO_ROOT / "scripts" / script), *args, *user, where]
+
+        def run(_out, cmd=cmd, name=name):
+            r = subprocess.run(cmd, cwd=REPO_ROOT)
+            if r.returncode != 0:
+                raise LengthpredError(f"stage {name} failed (exit {r.returncode}): {' '.join(cmd[1:])}")
+
+        run_stage(name, out, key, run, force=bool(cfg.pipeline.force))
+    print(f"\nAll stages done. Tables and plots: {exp_dir / 'tables'}; runs: {exp_dir}; W&B offline: outputs/wandb")
+
+
+if __name__ == "__main__":
+    main()
