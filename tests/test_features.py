@@ -24,6 +24,16 @@ PROMPTS = [
 ATTN_LAYERS = (1, 3)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # the tiny model's ops are too small for two threads; on the shared 2 cores, OpenMP spin-waits made
+    # these tests 10x slower
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def settings(**kw) -> FeatureSettings:
     base = dict(layers="all", pools=("last", "mean", "entropy", "attn"), fused=("mix0.3", "prod"),
                 attn_layers=ATTN_LAYERS, dtype="float32", batch_size=4, max_batch_tokens=4096)
@@ -137,3 +147,20 @@ def test_no_attention_needed_skips_attention_capture(tiny_model, tokenizer, tmp_
     s = settings(pools=("last", "entropy"), fused=(), attn_layers=(99,))  # unused, so not validated
     fs = load_features(extract_features(s, tiny_model, tokenizer, PROMPTS, out_dir=tmp_path, progress=False))
     assert sorted({n.split(".")[-1] for n in fs.names if n.startswith("hs.")}) == ["entropy", "last"]
+
+
+@pytest.mark.integration
+def test_real_model_last_and_first_layers_match_output_hidden_states(tmp_path):
+    from lengthpred.models import load_causal_lm
+    from lengthpred.models.specs import embedded_serving_spec
+
+    model, tok = load_causal_lm(embedded_serving_spec())
+    s = settings(layers=(0, 15, -1), pools=("last", "mean"), fused=(), attn_layers=())
+    fs = load_features(extract_features(s, model, tok, PROMPTS[:3], out_dir=tmp_path, progress=False))
+    for r, p in enumerate(sorted(PROMPTS[:3], key=lambda p: p["id"])):
+        with torch.no_grad():
+            hs = model(torch.tensor([encode_prompt(tok, p["messages"])]), output_hidden_states=True).hidden_states
+        assert len(hs) == 31
+        for layer in (0, 15, 30):  # 30 = after the final norm
+            want = hs[layer][0, -1].numpy()
+            np.testing.assert_allclose(fs.get(f"hs.L{layer}.last")[r], want, rtol=1e-3, atol=1e-3 * np.abs(want).max())

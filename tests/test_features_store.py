@@ -21,6 +21,16 @@ PROMPTS = [
 ]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # the tiny model's ops are too small for two threads; on the shared 2 cores, OpenMP spin-waits made
+    # these tests 10x slower
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def small(**kw) -> FeatureSettings:
     base = dict(layers=(0, 2, 4), pools=("last", "entropy", "attn"), fused=("mix0.5",), attn_layers=(-1,),
                 dtype="float32", batch_size=2)
