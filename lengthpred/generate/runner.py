@@ -155,12 +155,12 @@ def run_generation(
         bar.set_postfix_str(f"{new_tokens / dt:.1f} tok/s")
     bar.close()
     seconds = time.perf_counter() - t0
-    merged = try_merge(prompts, root, settings, shard[1], tokenizer=tokenizer, max_context=max_context)
+    merged = try_merge(prompts, root, settings, shard[1])
     return RunSummary(root, len(ids), generated, len(enc.rejected), len(enc.truncated), new_tokens, seconds,
                       merged)
 
 
-def try_merge(prompts, root: Path, settings: GenerationSettings, n_shards: int, **_: object) -> bool:
+def try_merge(prompts, root: Path, settings: GenerationSettings, n_shards: int) -> bool:
     """Merge when every shard folder of this `n` has all its parts; otherwise say which are missing."""
     all_ids = select_ids(list(prompts["id"]), (0, 1), settings.limit)
     rejected = store.rejected(root)
