@@ -6,6 +6,7 @@
 Timed variants (interleaved repetitions, since the machine is shared; median reported):
   prefill        model(..., logits_to_keep=1): what a serving engine's prefill computes
   prefill+logits model(...): transformers' default forward, logits at every position
+  hidden         hidden states of every layer (31), last/mean pools (no entropy: no LM head over the prompt)
   features       hidden states of every layer (31) + entropy + last/mean/entropy pools
   features+attn  the same + attention importance of `--attn-layers` + attn pool + fused pools
 Memory: `extract_features` of N and 4N prompts, each in a fresh process; peak RSS (ru_maxrss).
@@ -60,6 +61,7 @@ def time_variants(args) -> None:
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     attn = "all" if args.attn_layers == "all" else tuple(int(x) for x in args.attn_layers.split(","))
     ed = args.entropy_dtype
+    hidden = FeatureSettings(pools=("last", "mean"), fused=(), attn_layers=())
     plain = FeatureSettings(pools=("last", "mean", "entropy"), fused=(), attn_layers=attn, entropy_dtype=ed)
     full = FeatureSettings(pools=("last", "mean", "entropy", "attn"), fused=("mix0.5", "prod"), attn_layers=attn,
                            entropy_dtype=ed)
@@ -73,6 +75,7 @@ def time_variants(args) -> None:
     variants = {
         "prefill": lambda: model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1),
         "prefill+logits": lambda: model(input_ids=ids, attention_mask=mask, position_ids=pos),
+        "hidden": lambda: run_features(hidden),
         "features": lambda: run_features(plain),
         "features+attn": lambda: run_features(full),
     }
@@ -97,7 +100,8 @@ def time_variants(args) -> None:
             print(f"  {label:4s} {k:15s} {v:7.2f} s  ({n_tok / v:6.0f} tokens/s, {args.batch / v:5.2f} prompts/s)  "
                   f"runs: {', '.join(f'{x:.2f}' for x in times[k])}")
         for base in ("prefill", "prefill+logits"):
-            print(f"  {label:4s} ratio vs {base:15s} features {med['features'] / med[base]:.3f}×   "
+            print(f"  {label:4s} ratio vs {base:15s} hidden {med['hidden'] / med[base]:.3f}×   "
+                  f"features {med['features'] / med[base]:.3f}×   "
                   f"features+attn {med['features+attn'] / med[base]:.3f}×")
 
 

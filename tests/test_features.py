@@ -143,10 +143,17 @@ def test_float16_storage_and_token_states(tiny_model, tokenizer, tmp_path):
     np.testing.assert_allclose(tok.mean(0), fs.subset(["p03"]).get("hs.L2.mean")[0], atol=2e-3)
 
 
-def test_no_attention_needed_skips_attention_capture(tiny_model, tokenizer, tmp_path):
+def test_no_attention_needed_skips_attention_capture(tiny_model, tokenizer, tmp_path, monkeypatch):
     s = settings(pools=("last", "entropy"), fused=(), attn_layers=(99,))  # unused, so not validated
     fs = load_features(extract_features(s, tiny_model, tokenizer, PROMPTS, out_dir=tmp_path, progress=False))
     assert sorted({n.split(".")[-1] for n in fs.names if n.startswith("hs.")}) == ["entropy", "last"]
+    # last/mean only: no LM head over the prompt at all (a plain prefill's cost)
+    import lengthpred.features.extract as fx
+
+    monkeypatch.setattr(fx, "token_entropy", lambda *a, **k: pytest.fail("entropy not needed"))
+    s = settings(pools=("last", "mean"), fused=(), attn_layers=())
+    fs = load_features(extract_features(s, tiny_model, tokenizer, PROMPTS, out_dir=tmp_path / "b", progress=False))
+    assert "entropy.mean" not in fs.names and "n_prompt_tokens" in fs.names
 
 
 @pytest.mark.integration

@@ -91,7 +91,9 @@ class Plan:
 
     def columns(self) -> dict[str, int]:
         cols = {f"hs.L{i}.{p}": self.d for i in self.hs_layers for p in self.pools}
-        cols.update({"n_prompt_tokens": 1, "entropy.mean": 1})
+        cols["n_prompt_tokens"] = 1
+        if self.settings.needs_entropy:
+            cols["entropy.mean"] = 1
         return cols
 
 
@@ -145,7 +147,8 @@ def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_i
         raise ModelLacksHead(f"{type(model).__name__}: attention importance saw {capture.n_attn_calls} of "
                              f"{len(plan.attn_layers)} attention layers; set features.attn_layers=[] and drop "
                              f"the attn/fused pools")
-    entropy = token_entropy(final, mask, plan.head_weight, plan.head_bias, s.entropy_chunk, plan.softcap)
+    entropy = (token_entropy(final, mask, plan.head_weight, plan.head_bias, s.entropy_chunk, plan.softcap)
+               if s.needs_entropy else None)  # [B, T]
     weights = pool_weights(mask, s.pools, s.fused, entropy=entropy, received=capture.received)
     w = torch.stack([weights[p] for p in plan.pools], dim=1)  # [B, K, T]
     cols: dict[str, torch.Tensor] = {}
@@ -155,7 +158,8 @@ def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_i
             cols[f"hs.L{layer}.{p}"] = pooled[:, k]
     n = mask.sum(-1)
     cols["n_prompt_tokens"] = n.float()[:, None]
-    cols["entropy.mean"] = (entropy.sum(-1) / n.clamp(min=1))[:, None]
+    if entropy is not None:
+        cols["entropy.mean"] = (entropy.sum(-1) / n.clamp(min=1))[:, None]
     tokens = {i: hidden[i] for i in plan.token_layers}
     return cols, tokens
 

@@ -119,6 +119,11 @@ class FeatureSettings:
         return "attn" in self.pools or bool(self.fused)
 
     @property
+    def needs_entropy(self) -> bool:
+        """Entropy costs the LM head over every prompt token: computed only for entropy/fused pools."""
+        return "entropy" in self.pools or bool(self.fused)
+
+    @property
     def pool_names(self) -> tuple[str, ...]:
         return self.pools + tuple(f"fused_{f}" for f in self.fused)
 
