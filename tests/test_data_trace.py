@@ -117,14 +117,18 @@ def test_reference_trace_adds_served_shift_and_column(tmp_path, capsys):
     ids = load_prompts(cfg.data)["id"]
     ref = tmp_path / "data" / "reference" / cfg.model.name / "trace.jsonl"
     ref.parent.mkdir(parents=True)
-    ref.write_text("".join(json.dumps({"id": i, "sample": 0, "length": 5 + k}) + "\n" for k, i in enumerate(ids)))
+    meta = json.dumps({"meta": {"model": cfg.model.name}}) + "\n"
+    ref.write_text(meta + "".join(json.dumps({"id": i, "sample": 0, "length": 5 + k}) + "\n" for k, i in enumerate(ids)))
     capsys.readouterr()
     prepare(cfg)  # the trace changes the hash, so this rebuilds
     assert "served_len" in capsys.readouterr().out
     splits = load_splits(cfg.data)
     assert all(p["shift"]["served_length_wasserstein"] >= 0 for p in splits["cross"])
-    ref.write_text('{"id": "x"}\n')
-    with pytest.raises(DataError, match="trace.jsonl:1: reference trace row needs id and length"):
+    ref.write_text(meta + '{"id": "x"}\n')
+    with pytest.raises(DataError, match="trace.jsonl: reference trace rows need id and length"):
+        prepare(cfg)
+    ref.write_text('{"id": "x", "length": 3}\n')
+    with pytest.raises(DataError, match="first line must be"):
         prepare(cfg)
 
 

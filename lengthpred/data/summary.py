@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,15 +24,14 @@ def _q(xs: Sequence[float]) -> str:
 
 def reference_lengths(path: Path) -> dict[str, list[int]]:
     """id → sampled lengths from a committed reference trace (`data/reference/<model>/<data>.jsonl`)."""
+    from lengthpred.targets import read_reference  # the trace's one reader (meta line + rows)
+
+    rows, _ = read_reference(path)
+    if not {"id", "length"} <= set(rows.columns) or rows["length"].isna().any():
+        raise DataError(f"{path}: reference trace rows need id and length")
     out: dict[str, list[int]] = defaultdict(list)
-    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            out[str(row["id"])].append(int(row["length"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise DataError(f"{path}:{n}: reference trace row needs id and length ({e})") from None
+    for i, n in zip(rows["id"].astype(str), rows["length"].astype(int), strict=True):
+        out[i].append(int(n))
     return dict(out)
 
 
