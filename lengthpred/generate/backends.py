@@ -127,11 +127,27 @@ class ContinuousBatchingBackend(_HFBackend):
             raise ModelError("backend cb ignores repetition_penalty; use generate.backend=static or vllm")
 
     def generate(self, prompts: list[list[int]], keys: list[str], seed: int) -> list[list[Sample]]:
-        from transformers import ContinuousBatchingConfig
 
         rows = self._rows(prompts)
         torch.manual_seed(seed)
-        out = self.model.generate_batch(
+        cb_log = logging.getLogger("ContinuousBatchingLogger")
+        level = cb_log.level
+        # under Hydra's job logging (root at INFO) its per-step logging made generation ≈15x slower here
+        cb_log.setLevel(logging.WARNING)
+        try:
+            out = self._generate_batch(rows, seed)
+        finally:
+            cb_log.setLevel(level)
+        results = list(out.values())  # generate_batch returns them in input order
+        failed = [r.request_id for r in results if r.error is not None]
+        if len(results) != len(rows) or failed:
+            raise ModelError(f"continuous batching lost {len(rows) - len(results)} requests, failed: {failed[:3]}")
+        return self._group([list(r.generated_tokens) for r in results])
+
+    def _generate_batch(self, rows: list[list[int]], seed: int):
+        from transformers import ContinuousBatchingConfig
+
+        return self.model.generate_batch(
             inputs=rows, generation_config=self.gen_config,
             continuous_batching_config=ContinuousBatchingConfig(
                 seed=seed, allow_block_sharing=False, max_batch_tokens=self.max_batch_tokens,
@@ -141,11 +157,6 @@ class ContinuousBatchingBackend(_HFBackend):
             ),
             progress_bar=False, warmup=False,  # warmup captures CUDA graphs: ≈60 s for nothing on CPU
         )
-        results = list(out.values())  # generate_batch returns them in input order
-        failed = [r.request_id for r in results if r.error is not None]
-        if len(results) != len(rows) or failed:
-            raise ModelError(f"continuous batching lost {len(rows) - len(results)} requests, failed: {failed[:3]}")
-        return self._group([list(r.generated_tokens) for r in results])
 
 
 VLLM_MISSING = (
