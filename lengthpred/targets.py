@@ -99,6 +99,17 @@ def read_reference(path: Path) -> tuple[pd.DataFrame, dict]:
     return rows, meta
 
 
+def reference_samples(path: Path) -> dict[str, list[int]]:
+    """id → its sampled lengths (capped ones as the cap) from a reference trace: the noise ceiling's input."""
+    rows, _ = read_reference(path)
+    if not {"id", "length"} <= set(rows.columns) or rows["length"].isna().any():
+        raise DataError(f"{path}: reference trace rows need id and length")
+    out: dict[str, list[int]] = {}
+    for i, n in zip(rows["id"].astype(str), rows["length"].astype(int), strict=True):
+        out.setdefault(i, []).append(int(n))
+    return out
+
+
 def load_targets(cfg, statistic: str | None = None) -> pd.DataFrame:
     """Per-prompt targets for a composed config, indexed by prompt id (see `per_prompt` for columns).
 

@@ -66,6 +66,7 @@ def write_experiment(
 
     ref = root / "reference.jsonl"
     with ref.open("w") as f:
+        f.write(json.dumps({"meta": {"model": "smollm2-135m"}}) + "\n")
         for d in DOMAINS:
             for i, pid in enumerate(_ids(d, n)):
                 for j in range(k):

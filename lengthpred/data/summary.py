@@ -24,15 +24,9 @@ def _q(xs: Sequence[float]) -> str:
 
 def reference_lengths(path: Path) -> dict[str, list[int]]:
     """id → sampled lengths from a committed reference trace (`data/reference/<model>/<data>.jsonl`)."""
-    from lengthpred.targets import read_reference  # the trace's one reader (meta line + rows)
+    from lengthpred.targets import reference_samples  # the trace's one reader (meta line + rows)
 
-    rows, _ = read_reference(path)
-    if not {"id", "length"} <= set(rows.columns) or rows["length"].isna().any():
-        raise DataError(f"{path}: reference trace rows need id and length")
-    out: dict[str, list[int]] = defaultdict(list)
-    for i, n in zip(rows["id"].astype(str), rows["length"].astype(int), strict=True):
-        out[i].append(int(n))
-    return dict(out)
+    return reference_samples(path)
 
 
 def summary_rows(

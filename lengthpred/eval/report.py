@@ -39,17 +39,10 @@ log = logging.getLogger(__name__)
 
 
 def read_reference_samples(path: str | Path) -> dict[str, list[float]]:
-    """Per-id sampled lengths from a reference trace JSONL (`id`, `length`; one line per sample)."""
-    out: dict[str, list[float]] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            if "length" not in rec or ("id" not in rec and "ids" not in rec):
-                raise DataError(f"{path}:{n}: reference line lacks id/length")
-            out.setdefault(str(rec.get("id", rec.get("ids"))), []).append(float(rec["length"]))
-    return out
+    """Per-id sampled lengths from a reference trace (`lengthpred.targets` format: meta line, then rows)."""
+    from lengthpred.targets import reference_samples
+
+    return {i: [float(x) for x in v] for i, v in reference_samples(Path(path)).items()}
 
 
 def samples_from_prompts(records: Any) -> dict[str, list[float]]:
