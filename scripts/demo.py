@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -42,6 +43,31 @@ def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
     ]
 
 
+def print_summary(tables_dir: Path, names: list[str]) -> None:
+    """Print the headline tables from their files, so a cached rerun shows them too."""
+    for name in names:
+        md = tables_dir / f"{name}.md"
+        if md.is_file():
+            print("\n" + md.read_text().strip())
+    t5 = tables_dir / "T5.csv"
+    if t5.is_file():
+        print("\n" + t5_summary(t5))
+
+
+def t5_summary(path: Path) -> str:
+    """T5 at the highest simulated load: FCFS vs predicted SJF per head vs the oracle."""
+    import pandas as pd
+
+    t = pd.read_csv(path)
+    load = t["Load"].max()
+    t = t[(t["Load"] == load) & t["Policy"].isin(["fcfs", "sjf", "oracle-sjf"])]
+    gain = "Gain vs FCFS (per_token_latency_mean)"
+    cols = {"Policy": "policy", "Predictor": "predictor", "per_token_latency_mean": "s/token ↓",
+            gain: "gain vs FCFS % ↑", "Share of oracle gain": "share of oracle gain %"}
+    out = t[list(cols)].rename(columns=cols).round(3)
+    return f"**T5 (short). Mean per-token latency at load {load}**\n\n" + out.to_string(index=False)
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
@@ -63,6 +89,7 @@ def main(cfg: DictConfig) -> None:
                 raise LengthpredError(f"stage {name} failed (exit {r.returncode}): {' '.join(cmd[1:])}")
 
         run_stage(name, out, key, run, force=bool(cfg.pipeline.force))
+    print_summary(Path(cfg.eval.tables_dir), cfg.pipeline.print_tables)
     print(f"\nAll stages done. Tables and plots: {exp_dir / 'tables'}; runs: {exp_dir}; W&B offline: outputs/wandb")
 
 

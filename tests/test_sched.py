@@ -207,9 +207,14 @@ def _predictions_file(path, n=200):
 def test_predictions_file_source(tmp_path):
     f = tmp_path / "predictions.parquet"
     _predictions_file(f)
-    src = from_predictions(f)
-    assert src.name.endswith("indomain/all/test") and sorted(src.preds) == ["ridge", "static"]
+    src = from_predictions(f)  # default: every domain's test split pooled
+    assert src.name.endswith("indomain/*/test") and sorted(src.preds) == ["ridge", "static"]
     assert len(src.output) == 200 and np.all(src.output >= 1)
+    df = pd.read_parquet(f)
+    other = df[df.split == "indomain/all/test"].assign(split="indomain/math/test", id=lambda d: "m" + d.id)
+    pd.concat([df, other]).to_parquet(f)
+    assert len(from_predictions(f).output) == 400
+    assert len(from_predictions(f, split="indomain/math/test").output) == 200
     with pytest.raises(ConfigError, match="no predictions of head"):
         from_predictions(f, heads=["leap"])
     with pytest.raises(DataError, match="no predictions file"):

@@ -6,6 +6,7 @@ predictor, aligned; simulations draw their requests from it with replacement.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,18 +54,26 @@ def read_prediction_files(path: str | Path) -> pd.DataFrame:
     return pd.concat(frames.values(), ignore_index=True)
 
 
+POOLED_TEST = "indomain/*/test"
+
+
 def from_predictions(path: str | Path, *, split: str | None = None, heads: list[str] | None = None,
                      prompt_tokens: int = 128) -> LengthSource:
     """Requests of one split of `predictions.parquet` file(s) (docs/DESIGN.md): y_true is the length, each
-    head's y_pred a predictor; only ids every chosen head predicts. `split=None` takes the split with the
-    most rows among those whose name contains "test" (else among all)."""
+    head's y_pred a predictor; only ids every chosen head predicts. `split` may be a glob
+    (`indomain/*/test`: every domain's test prompts pooled, a mixed workload). `split=None` takes that pool
+    when present, else the split with the most rows among those whose name contains "test" (else all)."""
     p = Path(path)
     df = read_prediction_files(p)
+    names = df["split"].astype(str)
     if split is None:
-        counts = df["split"].astype(str).value_counts()
-        tests = counts[[("test" in s) for s in counts.index]]
-        split = str((tests if len(tests) else counts).idxmax())
-    df = df[df["split"] == split]
+        if fnmatch.filter(names.unique(), POOLED_TEST):
+            split = POOLED_TEST
+        else:
+            counts = names.value_counts()
+            tests = counts[[("test" in s) for s in counts.index]]
+            split = str((tests if len(tests) else counts).idxmax())
+    df = df[[fnmatch.fnmatchcase(s, split) for s in names]]
     if heads:
         unknown = sorted(set(heads) - set(df["head"]))
         if unknown:
