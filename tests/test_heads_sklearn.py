@@ -46,3 +46,24 @@ def _expected_failed(est) -> dict[str, str]:
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_sklearn_compatible(estimator, check):
     check(estimator)
+
+
+def test_torch_heads_pickle_through_joblib_after_dill_is_imported():
+    """`datasets` imports dill, which rewires joblib's pure-Python pickler; a fitted MLP head (with its
+    optimizer, kept for partial_fit) must still round-trip, and keep training after it."""
+    import io
+
+    import dill  # noqa: F401  (the import is the point: it extends pickle's dispatch)
+    import numpy as np
+    from joblib import dump, load
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(60, 6)), rng.uniform(1, 200, 60)
+    for head in (EGTPHead(epochs=2, hidden=8), ProbeHead(epochs=2, hidden=8)):
+        head.fit(X, y)
+        buf = io.BytesIO()
+        dump(head, buf)
+        buf.seek(0)
+        back = load(buf)
+        np.testing.assert_allclose(back.predict(X), head.predict(X))
+        back.partial_fit(X, y)  # the optimizer state came back too

@@ -216,6 +216,26 @@ class BinnedMLPHead(BaseHead):
             self.module_.parameters(), lr=self.lr, weight_decay=self.weight_decay
         )
 
+    # The optimizer is pickled as its state dict: dill (imported by `datasets`) rewires pure-Python
+    # picklers such as joblib's and cannot pickle torch.optim classes; the state dict is plain tensors.
+    def __getstate__(self) -> dict:
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
+        state = dict(state)
+        opt = state.pop("optimizer_", None)
+        if opt is not None:
+            state["_optimizer_state"] = opt.state_dict()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        opt_state = state.pop("_optimizer_state", None)
+        self.__dict__.update(state)
+        if opt_state is not None:
+            self.optimizer_ = torch.optim.AdamW(
+                self.module_.parameters(), lr=self.lr, weight_decay=self.weight_decay
+            )
+            self.optimizer_.load_state_dict(opt_state)
+
     @property
     def n_parameters(self) -> int:
         check_is_fitted(self)
