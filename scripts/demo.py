@@ -32,7 +32,7 @@ def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
     return [
         ("model", ["prepare_model.py"]),
         ("data", ["prepare_data.py"]),
-        ("generate", ["generate.py", "generate=live"]),
+        ("generate", ["generate.py", *p.generate_overrides]),
         ("features", ["extract.py"]),
         ("train", ["train.py", "-m", "head=" + ",".join(p.feature_heads), *train_sweep]),
         ("train_proxy", ["train.py", "-m", "head=" + ",".join(p.proxy_heads), *train_sweep, *p.proxy_overrides]),
