@@ -318,7 +318,6 @@ def _horizon(workload: Workload, profile: HardwareProfile, speculative: bool, ho
         msg = (f"offered load {offered:.3g} req/s is {offered / cap:.2f}x the capacity of {profile.name} "
                f"({cap:.3g} req/s): queues grow without bound; the run stops at its horizon")
         warnings.warn(msg, OverloadWarning, stacklevel=3)
-        log.warning(msg)
         if horizon is None:
             return float(workload.arrival[-1])
     return math.inf if horizon is None else float(horizon)
