@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.errors import LengthpredError
-from lengthpred.paths import REPO_ROOT
+from lengthpred.paths import REPO_ROOT, default_datasets_root
 from lengthpred.pipeline import run_stage, source_hash
 
 
@@ -29,7 +29,10 @@ def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
     """(name, script + stage-specific overrides) in run order; the experiment's overrides are added to each."""
     p = cfg.pipeline
     train_sweep = ["hydra/launcher=basic", "hydra.sweep.subdir=${head.name}"]
+    # without ../shared/datasets (a machine elsewhere), the datasets are downloaded from their pinned sources
+    fetch = [] if default_datasets_root().is_dir() else [("datasets", ["fetch_datasets.py"])]
     return [
+        *fetch,
         ("model", ["prepare_model.py"]),
         ("data", ["prepare_data.py"]),
         ("generate", ["generate.py", *p.generate_overrides]),
