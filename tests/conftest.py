@@ -36,3 +36,15 @@ def tokenizer():
     from lengthpred.models.tiny import tiny_tokenizer
 
     return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """The tiny model's ops are too small for two threads; on 2 shared cores OpenMP spin-waits made
+    tests 10x slower."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

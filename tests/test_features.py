@@ -24,14 +24,7 @@ PROMPTS = [
 ATTN_LAYERS = (1, 3)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # the tiny model's ops are too small for two threads; on the shared 2 cores, OpenMP spin-waits made
-    # these tests 10x slower
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def settings(**kw) -> FeatureSettings:

@@ -21,14 +21,7 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # the tiny model's ops are too small for two threads; on the shared 2 cores, OpenMP spin-waits made
-    # these tests 10x slower
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def small(**kw) -> FeatureSettings:
