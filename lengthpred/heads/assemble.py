@@ -99,17 +99,19 @@ def labeled_set(
     *,
     features: Any = None,
     feature: str | None = None,
+    token_layer: int | None = None,
     split: str = "",
 ) -> LabeledSet:
     """One split as a LabeledSet; ids without a target (not generated / skipped) are dropped, ids
-    without a prompt record or features are an error (the artefacts disagree)."""
+    without a prompt record or features are an error (the artefacts disagree). `token_layer` also
+    loads that layer's token-level inputs (`FeatureSet.token_inputs`)."""
     ids = [i for i in ids if i in targets.index]
     missing = [i for i in ids if i not in prompts_by_id]
     if missing:
         raise DataError(f"{split}: {len(missing)} ids have targets but no prompt record (e.g. {missing[:3]})")
     recs = [prompts_by_id[i] for i in ids]
     t = targets.loc[ids]
-    x = n_tok = None
+    x = n_tok = tokens = None
     if features is not None:
         sub = features.subset(ids)
         if feature is not None:
@@ -117,11 +119,14 @@ def labeled_set(
                 stored = ", ".join(n for n in features.names if n.startswith("hs.L"))[:300]
                 raise DataError(f"feature {feature!r} was not extracted; stored: {stored} ...")
             x = sub.get(feature)
+        if token_layer is not None:
+            tokens = sub.token_inputs(token_layer)
         if "n_prompt_tokens" in features.names:
             n_tok = sub.get("n_prompt_tokens")[:, 0]
     inputs = HeadInput(
         ids=list(ids),
         features=x,
+        tokens=tokens,
         texts=[prompt_text(r["messages"]) for r in recs],
         domains=[str(r.get("domain", "")) for r in recs],
         n_prompt_tokens=n_tok,

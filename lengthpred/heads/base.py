@@ -18,7 +18,7 @@ from lengthpred.registry import Registry
 
 HEADS: Registry[type[BaseHead]] = Registry("head")
 
-InputKind = Literal["features", "texts", "domains", "n_prompt_tokens", "ids"]
+InputKind = Literal["features", "tokens", "texts", "domains", "n_prompt_tokens", "ids"]
 STATE_FILE = "head.safetensors"
 META_FILE = "head.json"
 
@@ -31,13 +31,15 @@ class HeadInputError(DataError, ValueError):
 class HeadInput:
     """Everything any head may read about a set of prompts; each head takes the one field it needs.
 
-    `features`: [n, d] float (one feature column such as `hs.L20.last`), `texts`: prompt strings
-    (proxy heads), `domains`: domain labels (domain_median), `n_prompt_tokens`: [n] (prompt_len);
+    `features`: [n, d] float (one feature column such as `hs.L20.last`), `tokens`: n arrays [t_i, d + 2]
+    (one layer's token-level states ‖ next-token entropy ‖ attention received, for heads that learn their
+    pooling), `texts`: prompt strings (proxy heads), `domains`: domain labels (domain_median), `n_prompt_tokens`: [n] (prompt_len);
     `ids` doubles as the X of heads that only count rows (constant).
     """
 
     ids: list[str]
     features: np.ndarray | None = None
+    tokens: list[np.ndarray] | None = None
     texts: list[str] | None = None
     domains: list[str] | None = None
     n_prompt_tokens: np.ndarray | None = None

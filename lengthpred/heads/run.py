@@ -35,6 +35,22 @@ def feature_name(head_cfg: Any) -> str | None:
     return f"hs.L{int(head_cfg.layer)}.{head_cfg.pooling}"
 
 
+def check_features_config(settings: Any, feature: str | None, token_layer: int | None, pooling: str) -> None:
+    """Refuse, before any extraction or training, a head that asks for what the features config omits."""
+    if feature is not None and pooling not in settings.pool_names:
+        raise DataError(
+            f"head.pooling={pooling!r} is not extracted by this features config; pools: {settings.pool_names}"
+        )
+    if token_layer is not None:
+        if token_layer not in settings.token_layers:
+            raise DataError(
+                f"this head reads token-level states of layer {token_layer}, but features.token_layers="
+                f"{list(settings.token_layers)}; add it (e.g. features.token_layers=[{token_layer}])"
+            )
+        if not (settings.needs_entropy and settings.needs_attention):
+            raise DataError("a learned fusion needs token entropy and attention: keep features.fused non-empty")
+
+
 def load_targets_for(cfg: DictConfig, prompts: Any) -> pd.DataFrame:
     """The serving model's targets (lengthpred.targets) or, for a trace / CASTILLO data config, the
     lengths recorded in the prompt table."""
@@ -68,7 +84,8 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
     name = str(hcfg.name)
     klass = HEADS.get(name)
     build_head(name, **head_params(OmegaConf.to_container(hcfg, resolve=True)))  # config errors first
-    feature = feature_name(hcfg)
+    feature = feature_name(hcfg) if klass.input_kind == "features" else None
+    token_layer = int(hcfg.layer) if klass.input_kind == "tokens" else None
     if klass.input_kind == "features" and feature is None:
         raise DataError(f"head {name!r} reads features: set head.layer and head.pooling")
 
@@ -77,18 +94,16 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
     splits = load_splits(cfg.data)
     targets = load_targets_for(cfg, prompts)
     features = None
-    if klass.input_kind in ("features", "n_prompt_tokens"):
+    if klass.input_kind in ("features", "tokens", "n_prompt_tokens"):
         from lengthpred.features import ensure_features, settings_from_cfg
 
-        pools = settings_from_cfg(cfg).pool_names
-        if feature is not None and str(hcfg.pooling) not in pools:
-            raise DataError(
-                f"head.pooling={hcfg.pooling!r} is not extracted by this features config; pools: {pools}"
-            )
+        check_features_config(settings_from_cfg(cfg), feature, token_layer, str(hcfg.get("pooling")))
         features = ensure_features(cfg, prompts)
     ids = indomain_ids(splits)
     sets = {
-        part: labeled_set(ids[part], by_id, targets, features=features, feature=feature, split=part)
+        part: labeled_set(
+            ids[part], by_id, targets, features=features, feature=feature, token_layer=token_layer, split=part
+        )
         for part in ("train", "val", "test")
     }
     head_cfg = OmegaConf.to_container(hcfg, resolve=True) | {"feature": feature}
@@ -99,7 +114,9 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
     frames = [preds]
     seen = set(ids["train"]) | set(ids["val"])
     for split_name, sub_ids in forelen_ids(splits, seen).items():
-        sub = labeled_set(sub_ids, by_id, targets, features=features, feature=feature, split=split_name)
+        sub = labeled_set(
+            sub_ids, by_id, targets, features=features, feature=feature, token_layer=token_layer, split=split_name
+        )
         if len(sub):
             y_pred = head.predict(sub.inputs.x_for(klass.input_kind))
             frames.append(predictions_frame(name, split_name, sub, y_pred))
