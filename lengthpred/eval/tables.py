@@ -141,7 +141,10 @@ def table_t1(df: pd.DataFrame, part: str = "test") -> Table:
 
 
 def table_t2(df: pd.DataFrame, metric: str = "spearman", part: str = "test") -> Table:
-    """T2 cross-domain: rows head × source, columns targets; the in-domain score on the diagonal."""
+    """T2 cross-domain: rows head × source, columns targets; the in-domain score on the diagonal.
+
+    Offline heads are fitted per pair by scripts/train.py (root `cross_domain`) on the pair's source train
+    split and selected on its val split; `static` is the online stage's linear readout fitted on the source."""
     ix = _Index(df)
     cross = ix.splits("cross", part)
     targets = sorted({parse_split(s)["target"] for s in cross})
@@ -162,8 +165,10 @@ def table_t2(df: pd.DataFrame, metric: str = "spearman", part: str = "test") -> 
                 row.append(ix.cell(h, split, metric, _KIND.get(metric)))
             rows.append(row)
     notes = [
-        f"{_LABEL.get(metric, metric)} on the target's {part} split; the diagonal is the in-domain score; "
-        "'mix' trains on every other domain; 'static' is the linear readout fitted on the source (online stage)."
+        f"{_LABEL.get(metric, metric)} on the target's {part} split; the diagonal is the in-domain score "
+        "(the head fitted on every domain's train split pooled).",
+        "Off the diagonal the offline heads are fitted on the pair's source train split and selected on its val split; "
+        "'mix' trains on every other domain; 'static' is the linear readout fitted on the source (online stage).",
     ]
     return Table("T2", f"Cross-domain {_LABEL.get(metric, metric)}", cols, rows, notes)
 

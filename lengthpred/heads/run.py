@@ -1,5 +1,8 @@
 """The `scripts/train.py` stage: load prompts/splits/targets/features for a config, train one head, write
-metrics.json, the saved head and predictions.parquet into the run directory."""
+metrics.json, the saved head and predictions.parquet into the run directory.
+
+After the in-domain fit, the same head (same config and val-based selection) is fitted per cross-domain
+pair of splits.json (lengthpred.heads.cross) unless the root `cross_domain` key switches that off."""
 
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from lengthpred.heads.assemble import (
     target_table,
     targets_from_prompts,
 )
-from lengthpred.heads.base import HEADS
+from lengthpred.heads.base import HEADS, LabeledSet
+from lengthpred.heads.cross import CROSS_MODES, cross_mode, fit_cross, select_cross
 from lengthpred.heads.training import build_head, head_params, predictions_frame, run_training, score
 
 log = logging.getLogger("lengthpred.heads")
@@ -61,12 +65,16 @@ def load_targets_for(cfg: DictConfig, prompts: Any) -> pd.DataFrame:
     return target_table(load_targets(cfg))
 
 
-def append_predictions(path: Path, rows: pd.DataFrame) -> pd.DataFrame:
-    """Add rows to a predictions file, replacing earlier rows of the same (head, split, id)."""
+def append_predictions(path: Path, rows: pd.DataFrame, *, replace_prefix: str | None = None) -> pd.DataFrame:
+    """Add rows to a predictions file, replacing earlier rows of the same (head, split, id); with
+    `replace_prefix`, also every earlier row of these heads whose split starts with it (a rerun's stale
+    pairs: ones now skipped or switched off)."""
     if path.is_file():
         old = pd.read_parquet(path)
         keys = pd.MultiIndex.from_frame(rows[["head", "split", "id"]])
         keep = ~pd.MultiIndex.from_frame(old[["head", "split", "id"]]).isin(keys)
+        if replace_prefix is not None:
+            keep &= ~(old["head"].isin(rows["head"].unique()) & old["split"].str.startswith(replace_prefix))
         rows = pd.concat([old[keep], rows], ignore_index=True)
     tmp = path.with_suffix(".tmp.parquet")
     rows.to_parquet(tmp, index=False)
@@ -75,7 +83,8 @@ def append_predictions(path: Path, rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None) -> dict[str, Any]:
-    """Fit `cfg.head` on the pooled in-domain train split, select on val, score on test (and ForeLen subsets)."""
+    """Fit `cfg.head` on the pooled in-domain train split, select on val, score on test (and ForeLen subsets);
+    then per cross-domain pair (root `cross_domain`: true | false | single | mix; default true)."""
     from lengthpred.data import load_prompts, load_splits
 
     out_dir = Path(out_dir)
@@ -84,6 +93,7 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
     name = str(hcfg.name)
     klass = HEADS.get(name)
     build_head(name, **head_params(OmegaConf.to_container(hcfg, resolve=True)))  # config errors first
+    mode = cross_mode(cfg.get("cross_domain", True))
     feature = feature_name(hcfg) if klass.input_kind == "features" else None
     token_layer = int(hcfg.layer) if klass.input_kind == "tokens" else None
     if klass.input_kind == "features" and feature is None:
@@ -121,6 +131,36 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
             y_pred = head.predict(sub.inputs.x_for(klass.input_kind))
             frames.append(predictions_frame(name, split_name, sub, y_pred))
             metrics.setdefault("forelen", {})[split_name] = {**score(sub.y, y_pred), "n": len(sub)}
+    cross_pairs = select_cross(splits.get("cross") or [], mode)
+    if cross_pairs:
+
+        def make_set(pair_ids: Any, split_name: str) -> LabeledSet | None:
+            if not any(i in targets.index for i in pair_ids):
+                return None
+            return labeled_set(
+                pair_ids,
+                by_id,
+                targets,
+                features=features,
+                feature=feature,
+                token_layer=token_layer,
+                split=split_name,
+            )
+
+        cross = fit_cross(name, head_cfg, cross_pairs, make_set)
+        if len(cross.predictions):
+            frames.append(cross.predictions)
+        metrics |= cross.metrics(mode)
+        log.info(
+            "%s: %d cross-domain pairs (%s) in %d fits, %.1f s; median spearman %s; %d skipped",
+            name,
+            len(cross.scores),
+            CROSS_MODES[mode],
+            cross.n_fits,
+            cross.seconds,
+            metrics["cross_spearman_median"],
+            len(cross.skipped),
+        )
     metrics |= {
         "model": str(cfg.model.name),
         "data": str(cfg.data.name),
@@ -129,7 +169,7 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
 
     head.save(out_dir / "head")
     (out_dir / "metrics.json").write_text(json.dumps(_json_safe(metrics), indent=2) + "\n")
-    append_predictions(out_dir / PREDICTIONS, pd.concat(frames, ignore_index=True))
+    append_predictions(out_dir / PREDICTIONS, pd.concat(frames, ignore_index=True), replace_prefix="cross/")
     if tracker is not None:
         tracker.summary({k: v for k, v in metrics.items() if isinstance(v, (int, float, str)) or v is None})
     log.info(
