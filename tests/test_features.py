@@ -164,3 +164,27 @@ def test_real_model_last_and_first_layers_match_output_hidden_states(tmp_path):
         for layer in (0, 15, 30):  # 30 = after the final norm
             want = hs[layer][0, -1].numpy()
             np.testing.assert_allclose(fs.get(f"hs.L{layer}.last")[r], want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+
+
+def test_token_inputs_carry_entropy_and_attention_that_rebuild_the_fused_pool(sdpa_model, tokenizer, tmp_path):
+    """The token-level file holds per-token entropy and attention received: re-pooling the stored states
+    with softmax(a z(H) + (1-a) z(A)) from them gives the stored fused column (what a learned fusion needs)."""
+    s = settings(layers=(2, -1), token_layers=(2,))
+    fs = load_features(extract_features(s, sdpa_model, tokenizer, PROMPTS, out_dir=tmp_path, progress=False))
+    rows = fs.token_inputs(2)
+    assert len(rows) == len(fs.ids) and all(r.shape[1] == 64 + 2 for r in rows)
+    stored = fs.get("hs.L2.fused_mix0.3")
+    for r, x in enumerate(rows):
+        h, ent, att = x[:, :64].astype(np.float64), x[:, 64], x[:, 65]
+        want = _softmax(0.3 * _z(ent) + 0.7 * _z(att / att.sum())) @ h
+        np.testing.assert_allclose(stored[r], want, rtol=1e-4, atol=1e-5)
+    assert len(fs.subset(fs.ids[:2]).token_inputs(2)) == 2
+
+
+def test_token_inputs_without_token_layers_is_a_clear_error(tiny_model, tokenizer, tmp_path):
+    from lengthpred.errors import DataError
+
+    fs = load_features(extract_features(settings(layers=(2,)), tiny_model, tokenizer, PROMPTS[:2],
+                                        out_dir=tmp_path, progress=False))
+    with pytest.raises(DataError, match="token_layers"):
+        fs.token_inputs(2)

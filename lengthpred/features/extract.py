@@ -131,8 +131,9 @@ def collate(seqs: list[list[int]], pad_id: int, side: str) -> tuple[torch.Tensor
 # -- the forward -------------------------------------------------------------------------------------
 @torch.no_grad()
 def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_ids: torch.Tensor,
-                  mask: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
-    """One forward → pooled columns {name: [B, d] float32} and the [B, T, d] states of token_layers."""
+                  mask: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One forward → pooled columns {name: [B, d] float32} and the token-level tensors: `hs.L{l}` [B, T, d]
+    for each of token_layers, plus `entropy` and `attn` (attention received) [B, T] when computed."""
     s = plan.settings
     device = next(model.parameters()).device
     input_ids, mask = input_ids.to(device), mask.to(device)
@@ -160,7 +161,12 @@ def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_i
     cols["n_prompt_tokens"] = n.float()[:, None]
     if entropy is not None:
         cols["entropy.mean"] = (entropy.sum(-1) / n.clamp(min=1))[:, None]
-    tokens = {i: hidden[i] for i in plan.token_layers}
+    tokens: dict[str, torch.Tensor] = {f"hs.L{i}": hidden[i] for i in plan.token_layers}
+    if tokens:  # what a head that learns its fusion weights needs beside the states
+        if entropy is not None:
+            tokens["entropy"] = entropy
+        if capture.received is not None:
+            tokens["attn"] = capture.received.float()
     return cols, tokens
 
 
@@ -174,9 +180,10 @@ def _check_finite(cols: dict[str, torch.Tensor], ids: list[str], dtype: str) -> 
                             (f" and {len(which) - 1} more" if len(which) > 1 else "") + hint)
 
 
-def _tokens_file(tokens: dict[int, torch.Tensor], mask: torch.Tensor, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _tokens_file(tokens: dict[str, torch.Tensor], mask: torch.Tensor, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     real = mask.bool()
-    out = {f"hs.L{i}": h[real].to(dtype).cpu() for i, h in tokens.items()}  # row-major: prompt after prompt
+    # row-major: prompt after prompt; the per-token scalars stay float32 (tiny, and entropy needs the range)
+    out = {k: v[real].to(dtype if k.startswith("hs.") else torch.float32).cpu() for k, v in tokens.items()}
     out["offsets"] = torch.cat([torch.zeros(1, dtype=torch.long), mask.sum(-1).cumsum(0).cpu()])
     return out
 

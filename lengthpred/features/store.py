@@ -3,7 +3,8 @@
 Layout of `data/features/<model>/<cache-key>/`:
   manifest.json            model, layers, poolings, fusions, dtype, git revision, expected ids, hashes
   parts/<h>.safetensors    one batch of prompts: every column [b, d]; ids in the metadata
-  parts/<h>.tokens.safetensors  optional token-level states `hs.L{l}` [tokens, d] + `offsets` [b+1]
+  parts/<h>.tokens.safetensors  optional token-level states `hs.L{l}` [tokens, d], next-token `entropy` and
+                           attention received `attn` [tokens] (float32), `offsets` [b+1]
   skipped-<shard>.json     ids rejected by the prompt budget / empty, with the reason
 """
 
@@ -126,10 +127,38 @@ class FeatureSet:
             raise DataError(f"{len(missing)} ids have no stored features (e.g. {missing[:3]}) in {self.root}")
         return FeatureSet(self.root, self.manifest, self._parts, ids)
 
+    def token_inputs(self, layer: int, scalars: Sequence[str] = ("entropy", "attn")) -> list[np.ndarray]:
+        """Per prompt (in `ids` order) [t, d + len(scalars)] float32: layer `layer`'s token-level states
+        with the per-token `scalars` as the last columns; each part file is opened once."""
+        name = f"hs.L{layer}"
+        out: list[np.ndarray | None] = [None] * len(self.ids)
+        rows_by_part: dict[int, list[tuple[int, int]]] = {}
+        for i, pid in enumerate(self.ids):
+            k, r = self._where[pid]
+            rows_by_part.setdefault(k, []).append((i, r))
+        for k, pairs in rows_by_part.items():
+            path = _tokens_path(self._parts[k][0])
+            if not path.is_file():
+                raise DataError(f"no token-level states stored in {self.root}; set features.token_layers=[{layer}]")
+            with safe_open(str(path), framework="pt") as f:
+                keys = set(f.keys())
+                need = [name, *scalars]
+                if any(n not in keys for n in need):
+                    raise DataError(f"{path.name}: token-level {[n for n in need if n not in keys]} not stored "
+                                    f"(stored: {sorted(keys)}); extract with features.token_layers=[{layer}] "
+                                    "and the entropy/attention pools")
+                off = f.get_tensor("offsets").tolist()
+                h = f.get_tensor(name).float()
+                extra = [f.get_tensor(n).float()[:, None] for n in scalars]
+                full = torch.cat([h, *extra], dim=1).numpy()
+            for i, r in pairs:
+                out[i] = full[off[r] : off[r + 1]]
+        return out  # type: ignore[return-value]
+
     def token_states(self, layer: int, prompt_id: str) -> np.ndarray:
         """Token-level hidden states [t, d] of one prompt for a layer in `features.token_layers`."""
         k, r = self._where[prompt_id]
-        path = self._parts[k][0].with_name(self._parts[k][0].name.replace(".safetensors", ".tokens.safetensors"))
+        path = _tokens_path(self._parts[k][0])
         if not path.is_file():
             raise DataError(f"no token-level states stored in {self.root}; set features.token_layers")
         with safe_open(str(path), framework="pt") as f:
@@ -138,6 +167,10 @@ class FeatureSet:
             if name not in f.keys():
                 raise DataError(f"layer {layer} not stored token-level; stored: {sorted(f.keys())}")
             return f.get_slice(name)[int(off[r]) : int(off[r + 1])].float().numpy()
+
+
+def _tokens_path(part: Path) -> Path:
+    return part.with_name(part.name.replace(".safetensors", ".tokens.safetensors"))
 
 
 def load_features(path: str | Path) -> FeatureSet:

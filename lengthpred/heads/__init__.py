@@ -10,6 +10,7 @@ its X is that field as plain data:
 | heads | input_kind | X |
 |---|---|---|
 | linear, egtp, estp, probe | `features` | [n, d] float array: one feature column, e.g. `hs.L20.last` |
+| estp_learned | `tokens` | n arrays [t_i, d + 2]: one layer's token states ‖ entropy ‖ attention received |
 | proxy_reg, proxy_cls, proxy_rank | `texts` | list of n prompt strings |
 | prompt_len | `n_prompt_tokens` | [n, 1] float array |
 | constant | `ids` | anything with n rows (only counted) |
@@ -19,10 +20,11 @@ its X is that field as plain data:
 per-prompt target in tokens, where a capped generation counts as the cap (a lower bound).
 """
 
-from lengthpred.heads import baselines, binned, linear, proxy  # noqa: F401  (registers the heads)
+from lengthpred.heads import baselines, binned, fusion, linear, proxy  # noqa: F401  (registers the heads)
 from lengthpred.heads.base import HEADS, BaseHead, HeadInput, HeadInputError, LabeledSet, load_head
 from lengthpred.heads.baselines import ConstantHead, DomainMedianHead
 from lengthpred.heads.binned import EGTPHead, ESTPHead, ProbeHead
+from lengthpred.heads.fusion import ESTPLearnedHead
 from lengthpred.heads.linear import LinearHead, PromptLenHead
 from lengthpred.heads.proxy import ProxyClsHead, ProxyRankHead, ProxyRegHead
 from lengthpred.heads.training import build_head, head_params, predictions_frame, run_training, score
@@ -34,6 +36,7 @@ __all__ = [
     "DomainMedianHead",
     "EGTPHead",
     "ESTPHead",
+    "ESTPLearnedHead",
     "HeadInput",
     "HeadInputError",
     "LabeledSet",

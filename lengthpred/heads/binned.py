@@ -161,16 +161,20 @@ class BinnedMLPHead(BaseHead):
 
     def _epoch(self, X: np.ndarray, y: np.ndarray) -> None:
         Xt = torch.from_numpy((X - self.x_mean_) / self.x_scale_)  # [n, d]
+        self._train_epoch(len(Xt), y, lambda b: self.module_(Xt[b]))
+
+    def _train_epoch(self, n: int, y: np.ndarray, logits_of: Any) -> None:
+        """One shuffled pass: `logits_of(batch indices)` gives [b, K] bin logits (heads differ only there)."""
         q = self._labels(y)  # [n, K]
         scale = float(self.bin_edges_[-1] - self.bin_edges_[0])
         yt = torch.from_numpy(((y - self.bin_edges_[0]) / scale).astype(np.float32))
         centres = torch.from_numpy(((self.bin_centres_ - self.bin_edges_[0]) / scale).astype(np.float32))
         gen = torch.Generator().manual_seed(self.random_state + self.n_epochs_)
-        order = torch.randperm(len(Xt), generator=gen)
+        order = torch.randperm(n, generator=gen)
         self.module_.train()
-        for start in range(0, len(order), self.batch_size):
+        for start in range(0, n, self.batch_size):
             b = order[start : start + self.batch_size]
-            logp = torch.log_softmax(self.module_(Xt[b]), dim=1)  # [b, K]
+            logp = torch.log_softmax(logits_of(b), dim=1)  # [b, K]
             loss = self.ce_weight * -(q[b] * logp).sum(dim=1).mean()
             if self.mse_weight > 0:
                 loss = loss + self.mse_weight * ((logp.exp() @ centres - yt[b]) ** 2).mean()

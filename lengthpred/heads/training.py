@@ -64,6 +64,11 @@ def validate_set(split: str, data: LabeledSet, head_cls: type[BaseHead], *, need
         if bad.any():
             ids = [data.inputs.ids[i] for i in np.flatnonzero(bad)[:3]]
             raise DataError(f"{split}: {int(bad.sum())} prompts have NaN/inf features (e.g. {ids})")
+    if head_cls.input_kind == "tokens":
+        bad = [i for i, r in enumerate(x) if np.ndim(r) != 2 or len(r) == 0 or not np.isfinite(r).all()]
+        if bad:
+            ids = [data.inputs.ids[i] for i in bad[:3]]
+            raise DataError(f"{split}: {len(bad)} prompts have empty or NaN/inf token inputs (e.g. {ids})")
     if need_ranking and len(np.unique(y)) < 2:
         raise DataError(f"{split}: fewer than 2 distinct lengths, so rank metrics are undefined")
 
