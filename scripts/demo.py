@@ -39,6 +39,7 @@ def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
         ("features", ["extract.py"]),
         ("train", ["train.py", "-m", "head=" + ",".join(p.feature_heads), *train_sweep]),
         ("train_proxy", ["train.py", "-m", "head=" + ",".join(p.proxy_heads), *train_sweep, *p.proxy_overrides]),
+        ("sweep", ["sweep_features.py"]),
         ("adapt", ["adapt.py"]),
         ("simulate", ["simulate.py"]),
         ("evaluate", ["evaluate.py"]),

@@ -1,0 +1,30 @@
+"""Fit heads over a grid of stored prefill features (layer × pooling) and table each with a bootstrap CI.
+
+    .venv/bin/python scripts/sweep_features.py experiment=demo                 # which ESTP fusion wins
+    .venv/bin/python scripts/sweep_features.py experiment=demo sweep=layers    # linear readout: layer × pooling
+    .venv/bin/python scripts/sweep_features.py sweep.heads=[egtp] sweep.layers=[10,20] sweep.poolings=[entropy]
+
+Writes sweep.csv and sweep.md into the run directory; features are extracted first when missing.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from lengthpred.cli import stage
+from lengthpred.heads.sweep import render, sweep_features
+from lengthpred.tracking import tracked
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@stage
+def main(cfg: DictConfig) -> None:
+    with tracked(cfg, "sweep") as tracker:
+        df = sweep_features(cfg, cfg.paths.output_dir)
+        tracker.log_table("sweep", list(df.columns), df.astype(str).values.tolist())
+    print(render(df, cfg))
+
+
+if __name__ == "__main__":
+    main()
