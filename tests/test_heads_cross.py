@@ -135,6 +135,7 @@ def domain_trace(tmp_path_factory):
                 f"head={head}",
                 "features.pools=[last]",
                 "features.fused=[]",
+                "features.token_layers=[]",
                 *extra,
             ],
             tmp / f"run-{head}",

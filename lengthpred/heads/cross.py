@@ -4,6 +4,8 @@ in-domain), predict the target's test split as `cross/<S>-><T>/test` rows of the
 Pairs with identical train and val ids (the same source; splits.py's `dedup_train` can make them differ
 when a target's test shares a prompt text with the source) share one fit. A pair whose train or test set
 fails validation (e.g. < 2 distinct test lengths) is skipped with a warning and counted, never fatal.
+The fits are many and small, so BLAS runs on one thread: on 2 busy cores a 2-thread OpenBLAS spin-waited
+36x slower on the demo's ridge fits (benchmarks/bench_heads_cross.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from lengthpred.errors import ConfigError, DataError
@@ -110,9 +113,22 @@ def fit_cross(
     make_set: MakeSet,
     *,
     share: bool = True,
+    blas_threads: int | None = 1,
 ) -> CrossResult:
     """Fit `head_name` per distinct (train, val) id lists of `pairs` (per pair when not `share`) with
     run_training's val-based selection, and score every pair's target test split."""
+    with threadpool_limits(limits=blas_threads, user_api="blas"):
+        return _fit_cross(head_name, head_cfg, pairs, make_set, share=share)
+
+
+def _fit_cross(
+    head_name: str,
+    head_cfg: Mapping[str, Any],
+    pairs: Sequence[Mapping[str, Any]],
+    make_set: MakeSet,
+    *,
+    share: bool,
+) -> CrossResult:
     klass = HEADS.get(head_name)
     t_start = time.perf_counter()
     groups: dict[tuple, list[Mapping[str, Any]]] = {}

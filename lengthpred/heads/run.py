@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,41 +84,77 @@ def append_predictions(path: Path, rows: pd.DataFrame, *, replace_prefix: str | 
     return rows
 
 
-def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None) -> dict[str, Any]:
-    """Fit `cfg.head` on the pooled in-domain train split, select on val, score on test (and ForeLen subsets);
-    then per cross-domain pair (root `cross_domain`: true | false | single | mix; default true)."""
+@dataclass
+class StageInputs:
+    """What a head's fits read for a config: prompt records, splits.json, targets and (for heads that read
+    them) features; `labeled` turns ids into a LabeledSet with this head's feature / token layer."""
+
+    head: str
+    feature: str | None
+    token_layer: int | None
+    by_id: dict[str, dict[str, Any]]
+    splits: dict[str, Any]
+    targets: pd.DataFrame
+    features: Any = None
+
+    def labeled(self, ids: Sequence[str], split: str) -> LabeledSet:
+        return labeled_set(
+            ids,
+            self.by_id,
+            self.targets,
+            features=self.features,
+            feature=self.feature,
+            token_layer=self.token_layer,
+            split=split,
+        )
+
+    def labeled_or_none(self, ids: Sequence[str], split: str) -> LabeledSet | None:
+        """None when no id has a target (a pair with nothing to fit or score)."""
+        return self.labeled(ids, split) if any(i in self.targets.index for i in ids) else None
+
+
+def load_stage_inputs(cfg: DictConfig) -> StageInputs:
+    """Check the head config against the features config, then load (extracting features when missing)."""
     from lengthpred.data import load_prompts, load_splits
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     hcfg = cfg.head
     name = str(hcfg.name)
     klass = HEADS.get(name)
     build_head(name, **head_params(OmegaConf.to_container(hcfg, resolve=True)))  # config errors first
-    mode = cross_mode(cfg.get("cross_domain", True))
     feature = feature_name(hcfg) if klass.input_kind == "features" else None
     token_layer = int(hcfg.layer) if klass.input_kind == "tokens" else None
     if klass.input_kind == "features" and feature is None:
         raise DataError(f"head {name!r} reads features: set head.layer and head.pooling")
 
     prompts = load_prompts(cfg.data)
-    by_id = {r["id"]: r for r in prompts}
-    splits = load_splits(cfg.data)
-    targets = load_targets_for(cfg, prompts)
-    features = None
+    inputs = StageInputs(
+        name,
+        feature,
+        token_layer,
+        by_id={r["id"]: r for r in prompts},
+        splits=load_splits(cfg.data),
+        targets=load_targets_for(cfg, prompts),
+    )
     if klass.input_kind in ("features", "tokens", "n_prompt_tokens"):
         from lengthpred.features import ensure_features, settings_from_cfg
 
         check_features_config(settings_from_cfg(cfg), feature, token_layer, str(hcfg.get("pooling")))
-        features = ensure_features(cfg, prompts)
+        inputs.features = ensure_features(cfg, prompts)
+    return inputs
+
+
+def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None) -> dict[str, Any]:
+    """Fit `cfg.head` on the pooled in-domain train split, select on val, score on test (and ForeLen subsets);
+    then per cross-domain pair (root `cross_domain`: true | false | single | mix; default true)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    mode = cross_mode(cfg.get("cross_domain", True))
+    data = load_stage_inputs(cfg)
+    name, feature, splits = data.head, data.feature, data.splits
+    klass = HEADS.get(name)
     ids = indomain_ids(splits)
-    sets = {
-        part: labeled_set(
-            ids[part], by_id, targets, features=features, feature=feature, token_layer=token_layer, split=part
-        )
-        for part in ("train", "val", "test")
-    }
-    head_cfg = OmegaConf.to_container(hcfg, resolve=True) | {"feature": feature}
+    sets = {part: data.labeled(ids[part], part) for part in ("train", "val", "test")}
+    head_cfg = OmegaConf.to_container(cfg.head, resolve=True) | {"feature": feature}
     head, metrics, preds = run_training(
         name, head_cfg, sets["train"], sets["val"], sets["test"], split=per_domain_split_names(sets["test"])
     )
@@ -124,30 +162,14 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
     frames = [preds]
     seen = set(ids["train"]) | set(ids["val"])
     for split_name, sub_ids in forelen_ids(splits, seen).items():
-        sub = labeled_set(
-            sub_ids, by_id, targets, features=features, feature=feature, token_layer=token_layer, split=split_name
-        )
+        sub = data.labeled(sub_ids, split_name)
         if len(sub):
             y_pred = head.predict(sub.inputs.x_for(klass.input_kind))
             frames.append(predictions_frame(name, split_name, sub, y_pred))
             metrics.setdefault("forelen", {})[split_name] = {**score(sub.y, y_pred), "n": len(sub)}
     cross_pairs = select_cross(splits.get("cross") or [], mode)
     if cross_pairs:
-
-        def make_set(pair_ids: Any, split_name: str) -> LabeledSet | None:
-            if not any(i in targets.index for i in pair_ids):
-                return None
-            return labeled_set(
-                pair_ids,
-                by_id,
-                targets,
-                features=features,
-                feature=feature,
-                token_layer=token_layer,
-                split=split_name,
-            )
-
-        cross = fit_cross(name, head_cfg, cross_pairs, make_set)
+        cross = fit_cross(name, head_cfg, cross_pairs, data.labeled_or_none)
         if len(cross.predictions):
             frames.append(cross.predictions)
         metrics |= cross.metrics(mode)
