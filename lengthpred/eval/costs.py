@@ -1,0 +1,682 @@
+"""T6 costs of each trained head: parameters, predict latency, update latency and extraction overhead.
+
+`measure_costs(runs, sample, ...)` measures; `costs_from_config(cfg)` finds an experiment's saved heads
+(`<experiment>/train/<head>/head`, `<experiment>/train_proxy/<head>/head`), loads their real inputs and the
+serving model, and calls it; `write_costs(doc, path)` writes `costs.json` as `{"meta": ..., "rows": [...]}`
+(rows: `head, n_parameters, extraction_overhead_pct, predict_latency_ms[, update_latency_ms]`, read by
+lengthpred/eval/inputs.py `read_costs`).
+
+- predict latency: one request at a time (batch size 1) on stored inputs (the feature store's column for
+  feature heads, the prompt text for proxies, which so pay their own tokenizer + encoder forward here);
+  median over `predict_repeats` passes over `predict_prompts` prompts, wall clock.
+- extraction overhead: what capturing a head's input adds to a plain prefill of the same prompts, as
+  benchmarks/bench_extract.py measures it but per capture kind and for one layer only: hidden states of
+  that layer (linear, probe, rls: `last`/`mean`), + next-token entropy over the prompt (egtp: `entropy`),
+  + attention received (estp: `fused_*`; `attn` alone: + attention). Plain prefill = the decoder forward
+  (no LM head, no KV cache), each variant the same forward under the capture hooks, so the difference is
+  the capture alone (a serving engine's last-position logits, the same for both, are left out of both).
+  Prompts run one at a time (batch size 1), variants interleaved per repetition; the medians over
+  repetitions of the summed time are compared. Heads that read no prefill state (baselines, proxies) have
+  overhead 0.
+- update latency of the online `rls@λ` heads: the online stage's summary.csv `update_ms` (mean over pairs)
+  when it exists, else `RLSRegressor.partial_fit` on one stored row at a time (median).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from lengthpred.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+CLOCKS = ("cpu", "wall")
+PREFILL = "prefill"
+LEARNED = "learned"  # pooling of heads that read token-level states (input kind `tokens`)
+PREFILL_KINDS = ("features", "tokens")  # head input kinds captured from the prefill
+
+
+@dataclass(frozen=True)
+class CostSettings:
+    """The keys of `conf/costs/default.yaml` (all optional: these are the defaults)."""
+
+    heads: tuple[str, ...] = ("train/*/head", "train_proxy/*/head")  # globs of saved heads, experiment dir
+    online_summary: str | None = "**/summary.csv"  # glob (newest) or absolute path; null: measure
+    online: bool = True  # rls@λ rows (online.forgetting) on the online feature; needs a feature store
+    split: str = "test"  # in-domain part the prompts are sampled from
+    predict_prompts: int = 16
+    predict_repeats: int = 5
+    extract_prompts: int = 4  # picked at evenly spaced prompt-length quantiles of the split
+    extract_repeats: int = 3
+    threads: int = 1  # torch intra-op threads while timing extraction (heads keep their own n_threads)
+    clock: str = "cpu"  # extraction: process CPU time (least disturbed on a shared machine) or wall
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "heads", tuple(self.heads or ()))
+        if self.clock not in CLOCKS:
+            raise ConfigError(f"costs.clock={self.clock!r}: use one of {list(CLOCKS)}")
+        for k in ("predict_prompts", "predict_repeats", "extract_prompts", "extract_repeats", "threads"):
+            if int(getattr(self, k)) < 1:
+                raise ConfigError(f"costs.{k} must be >= 1")
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any] | None) -> CostSettings:
+        """From the `costs` config group (absent: defaults); `name`/`experiment_dir` are read elsewhere."""
+        d = {k: v for k, v in dict(cfg or {}).items() if k not in ("name", "experiment_dir")}
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"costs: unknown keys {unknown}; known: {sorted(known)}")
+        if d.get("heads") is not None:
+            d["heads"] = tuple(d["heads"])
+        return cls(**d)
+
+
+@dataclass
+class HeadRun:
+    """A saved head and what its run recorded (metrics.json): `feature` (e.g. hs.L20.last) for heads that
+    read a pooled column, `layer`/`pooling` (`learned` for token-level heads), the model, and the run's
+    `.hydra/config.yaml` when there is one (its features config: the store the head was trained on)."""
+
+    name: str
+    head_dir: Path
+    feature: str | None = None
+    layer: int | None = None
+    pooling: str | None = None
+    model: str | None = None
+    config: Any = None
+
+
+@dataclass
+class Sample:
+    """Real inputs of a few prompts. `columns(name) -> [n, d]` and `tokens(layer) -> n arrays [t, d+2]`
+    read the feature store (None without one); `messages` are the pool the extraction prompts are picked
+    from (any size)."""
+
+    ids: list[str]
+    texts: list[str]
+    domains: list[str]
+    messages: list[list[dict]] = field(default_factory=list)
+    columns: Callable[[str], np.ndarray] | None = None
+    tokens: Callable[[int], list[np.ndarray]] | None = None
+    n_prompt_tokens: np.ndarray | None = None
+
+
+# -- finding heads -------------------------------------------------------------------------------------
+def find_head_runs(exp_dir: str | Path, patterns: Sequence[str]) -> list[HeadRun]:
+    """Saved heads matching the globs under exp_dir, one per head name (the last in path order wins);
+    feature/layer/pooling/model from the run's metrics.json (lengthpred.heads.run)."""
+    root = Path(exp_dir)
+    found: dict[str, HeadRun] = {}
+    for pattern in patterns:
+        for d in sorted(root.glob(pattern)):
+            if not (d / "head.json").is_file():
+                continue
+            name = str(json.loads((d / "head.json").read_text())["head"])
+            m = _read_json(d.parent / "metrics.json")
+            hydra_cfg = d.parent / ".hydra" / "config.yaml"
+            config = OmegaConf.load(hydra_cfg) if hydra_cfg.is_file() else None
+            if name in found:
+                log.info("costs: %s saved twice; using %s", name, d)
+            found[name] = HeadRun(
+                name, d, m.get("feature"), m.get("layer"), m.get("pooling"), m.get("model"), config
+            )
+    if not found:
+        raise DataError(f"no saved heads under {root} matching {list(patterns)}: run scripts/train.py first")
+    return [found[k] for k in sorted(found)]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+# -- what a head captures ------------------------------------------------------------------------------
+def capture_kind(pooling: str | None) -> str:
+    """What a pooling needs on top of a plain prefill: none | hidden | hidden+entropy | hidden+attn |
+    hidden+entropy+attn."""
+    if pooling is None:
+        return "none"
+    if pooling in ("last", "mean"):
+        return "hidden"
+    if pooling == "entropy":
+        return "hidden+entropy"
+    if pooling == "attn":
+        return "hidden+attn"
+    if pooling.startswith("fused_") or pooling == LEARNED:
+        return "hidden+entropy+attn"
+    raise ConfigError(f"unknown pooling {pooling!r} (last | mean | entropy | attn | fused_<spec> | learned)")
+
+
+def capture_settings(base: Any, layer: int, pooling: str) -> Any:
+    """The features config reduced to what one head reads: its layer and its pooling only (`learned`: that
+    layer's token-level states with per-token entropy and attention)."""
+    capture_kind(pooling)  # validates
+    tokens: tuple[int, ...] = ()
+    if pooling.startswith("fused_"):
+        pools, fused = (), (pooling.removeprefix("fused_"),)
+    elif pooling == LEARNED:
+        pools, fused, tokens = ("entropy", "attn"), (), (int(layer),)
+    else:
+        pools, fused = (pooling,), ()
+    return dataclasses.replace(base, layers=(int(layer),), pools=pools, fused=fused, token_layers=tokens)
+
+
+# -- timing --------------------------------------------------------------------------------------------
+def _clock(kind: str) -> Callable[[], float]:
+    return time.process_time if kind == "cpu" else time.perf_counter
+
+
+def extraction_times(
+    model: Any,
+    seqs: Sequence[Sequence[int]],
+    variants: Mapping[str, Any],
+    *,
+    repeats: int,
+    clock: str = "cpu",
+    progress: bool = True,
+) -> dict[str, list[float]]:
+    """Seconds per repetition (summed over the prompts, one at a time) of a plain prefill (`prefill`: the
+    decoder forward, no LM head, no KV cache) and of each variant (FeatureSettings) captured from that same
+    forward; variants interleaved per repetition."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from lengthpred.features.capture import PrefillCapture
+    from lengthpred.features.extract import Plan, extract_batch
+
+    plans = {k: Plan(s, model) for k, s in variants.items()}
+    batches = [
+        (torch.tensor([list(s)], dtype=torch.long), torch.ones((1, len(s)), dtype=torch.long)) for s in seqs
+    ]
+    now = _clock(clock)
+
+    def prefill_pass(todo: Sequence[tuple[Any, Any]] = batches) -> float:
+        # the decoder forward extract_batch runs, without capture hooks: the difference is the capture alone
+        t0 = now()
+        for ids, mask in todo:
+            pos = torch.arange(ids.shape[1])[None]
+            decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+        return now() - t0
+
+    def capture_pass(plan: Any, todo: Sequence[tuple[Any, Any]] = batches) -> float:
+        with PrefillCapture(model, plan.hs_layers, plan.attn_layers, plan.settings.attn_chunk) as cap:
+            t0 = now()
+            for ids, mask in todo:
+                extract_batch(model, plan, cap, ids, mask)
+            return now() - t0
+
+    decoder = model.get_decoder()
+    out: dict[str, list[float]] = {PREFILL: [], **{k: [] for k in plans}}
+    steps = [(PREFILL, None), *plans.items()]
+    shortest = [min(batches, key=lambda b: b[0].shape[1])]
+    with torch.no_grad():
+        for _, plan in steps:  # warm-up on the shortest prompt: first calls allocate and pick kernels
+            prefill_pass(shortest) if plan is None else capture_pass(plan, shortest)
+        bar = tqdm(total=repeats * len(steps), desc="extraction overhead", unit="pass", disable=not progress)
+        for _ in range(repeats):
+            for name, plan in steps:
+                out[name].append(prefill_pass() if plan is None else capture_pass(plan))
+                bar.update(1)
+        bar.close()
+    return out
+
+
+def overhead_pct(times: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """100·(median(variant) / median(prefill) − 1) for every variant."""
+    base = statistics.median(times[PREFILL])
+    return {k: 100.0 * (statistics.median(v) / base - 1.0) for k, v in times.items() if k != PREFILL}
+
+
+def request_latencies(predict: Callable[[Any], Any], requests: Sequence[Any], repeats: int) -> list[float]:
+    """Wall seconds of `predict(request)` for every request, `repeats` passes, after one warm-up call."""
+    if not requests:
+        raise DataError("no requests to time")
+    predict(requests[0])
+    times = []
+    for _ in range(repeats):
+        for x in requests:
+            t0 = time.perf_counter()
+            predict(x)
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def per_request(x: Any) -> list[Any]:
+    """Batch-size-1 inputs: rows of a 2-D array, one-item lists of a list of texts."""
+    if isinstance(x, np.ndarray):
+        return [x[i : i + 1] for i in range(len(x))]
+    return [[v] for v in x]
+
+
+def _ms(times: Sequence[float]) -> tuple[float, float]:
+    return 1e3 * float(np.median(times)), 1e3 * float(np.percentile(times, 90))
+
+
+def rls_latencies(
+    X: np.ndarray, forgetting: float, repeats: int, *, alpha: float = 1.0, trace_cap: float | None = 10.0
+) -> tuple[list[float], list[float]]:
+    """(predict, update) wall seconds of an RLS readout on rows of X, one row per call. The readout is
+    fitted on X itself with placeholder lengths: neither cost depends on the values, only on d."""
+    from lengthpred.online.rls import RLSRegressor
+
+    X = np.asarray(X, dtype=np.float64)
+    y = 50.0 + np.arange(len(X), dtype=np.float64)
+    est = RLSRegressor(alpha, forgetting=forgetting, trace_cap=trace_cap).fit(X, y)
+    rows = per_request(X)
+    pred = request_latencies(est.predict, rows, repeats)
+    upd = request_latencies(lambda x: est.partial_fit(x, y[:1]), rows, repeats)
+    return pred, upd
+
+
+# -- the measurement -----------------------------------------------------------------------------------
+def measure_costs(
+    runs: Sequence[HeadRun],
+    sample: Sample,
+    settings: CostSettings,
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    feature_settings: Any = None,
+    max_prompt_tokens: int | None = None,
+    online: Mapping[str, Any] | None = None,
+    online_summary: str | Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """`{"meta": ..., "rows": [...]}`: one row per head (and per `rls@λ` when `online` is given).
+
+    `model`/`tokenizer`/`feature_settings` (the features config) are needed when a head reads prefill
+    features; `online` is the online config (`feature`, `forgetting`, `alpha`, `trace_cap`, `blas_threads`).
+    """
+    from lengthpred.heads.base import HeadInput, load_head
+
+    t_start = time.perf_counter()
+    rows: dict[str, dict[str, Any]] = {}
+    lat_meta: dict[str, Any] = {}
+    # overhead is measured once per capture kind: which layer is read or pooled does not change the cost
+    # (a hook keeps a reference; entropy and attention do not depend on it)
+    captures: dict[str, tuple[int, str]] = {}
+    bases: dict[str, Any] = {}  # capture kind -> the features config it is timed under
+    for run in runs:
+        head = load_head(run.head_dir)
+        kind_in = head.input_kind
+        inputs = HeadInput(
+            ids=list(sample.ids),
+            features=_column(sample, run.feature) if kind_in == "features" else None,
+            tokens=_tokens(sample, run) if kind_in == "tokens" else None,
+            texts=list(sample.texts),
+            domains=list(sample.domains),
+            n_prompt_tokens=sample.n_prompt_tokens,
+        )
+        requests = per_request(inputs.x_for(kind_in))
+        med, p90 = _ms(request_latencies(head.predict, requests, settings.predict_repeats))
+        lat_meta[run.name] = {"median_ms": med, "p90_ms": p90}
+        kind = (
+            capture_kind(LEARNED if kind_in == "tokens" else run.pooling)
+            if kind_in in PREFILL_KINDS
+            else "none"
+        )
+        rows[run.name] = {
+            "head": run.name,
+            "n_parameters": int(head.n_parameters),
+            "predict_latency_ms": med,
+            "capture": "proxy encoder (in predict latency)" if kind_in == "texts" else kind,
+        }
+        if kind == "none":
+            rows[run.name]["extraction_overhead_pct"] = 0.0
+        else:
+            rows[run.name]["feature"] = run.feature or f"hs.L{run.layer} (token-level)"
+            captures.setdefault(kind, (int(run.layer), LEARNED if kind_in == "tokens" else str(run.pooling)))
+            bases.setdefault(kind, _run_features(run))
+
+    update_meta: dict[str, Any] = {}
+    if online is not None:
+        feat = str(online.get("feature", "hs.L20.last"))
+        layer, pooling = _parse_feature(feat)
+        X = _column(sample, feat)
+        summary = _online_update_ms(online_summary)
+        with _blas_threads(online.get("blas_threads")):
+            for lam in online.get("forgetting") or []:
+                from lengthpred.online.config import rls_name
+
+                name = rls_name(lam)
+                alpha = float(online.get("alpha") or 1.0)
+                pred, upd = rls_latencies(
+                    X,
+                    float(lam),
+                    settings.predict_repeats,
+                    alpha=alpha,
+                    trace_cap=online.get("trace_cap", 10.0),
+                )
+                rows[name] = {
+                    "head": name,
+                    "n_parameters": int(X.shape[1] + 1),
+                    "predict_latency_ms": _ms(pred)[0],
+                    "capture": capture_kind(pooling),
+                    "feature": feat,
+                }
+                if name in summary:
+                    rows[name]["update_latency_ms"] = summary[name]
+                    update_meta[name] = {"source": str(online_summary), "mean_over_pairs_ms": summary[name]}
+                else:
+                    rows[name]["update_latency_ms"] = _ms(upd)[0]
+                    update_meta[name] = {
+                        "source": "measured",
+                        "median_ms": _ms(upd)[0],
+                        "p90_ms": _ms(upd)[1],
+                    }
+        captures.setdefault(capture_kind(pooling), (layer, pooling))
+
+    extraction_meta: dict[str, Any] = {}
+    if captures:
+        if (
+            model is None or tokenizer is None or feature_settings is None
+        ):  # (the overflow rule comes from it)
+            raise ConfigError(
+                "heads read prefill features: measuring their extraction overhead needs the model"
+            )
+        seqs = _encode(
+            tokenizer, sample.messages, settings.extract_prompts, max_prompt_tokens, feature_settings.overflow
+        )
+        variants = {
+            k: capture_settings(bases.get(k) or feature_settings, lay, pool)
+            for k, (lay, pool) in captures.items()
+        }
+        from lengthpred.heads.binned import torch_threads
+
+        with torch_threads(settings.threads):
+            times = extraction_times(
+                model,
+                seqs,
+                variants,
+                repeats=settings.extract_repeats,
+                clock=settings.clock,
+                progress=progress,
+            )
+        pct = overhead_pct(times)
+        for row in rows.values():
+            if "feature" in row:
+                row["extraction_overhead_pct"] = pct[row["capture"]]
+        extraction_meta = {
+            "n_prompts": len(seqs),
+            "prompt_tokens": [len(s) for s in seqs],
+            "repeats": settings.extract_repeats,
+            "threads": settings.threads,
+            "clock": settings.clock,
+            "batch_size": 1,
+            "baseline": "decoder forward without capture hooks (no LM head, no KV cache)",
+            "variants": {k: f"hs.L{lay}.{pool}" for k, (lay, pool) in captures.items()},
+            "median_s": {k: statistics.median(v) for k, v in times.items()},
+            # repetition spread of the plain prefill: overheads within it are noise
+            "prefill_spread_pct": 100.0
+            * (max(times[PREFILL]) - min(times[PREFILL]))
+            / statistics.median(times[PREFILL]),
+            "runs_s": times,
+        }
+    return {
+        "meta": {
+            "predict": {
+                "n_prompts": len(sample.ids),
+                "repeats": settings.predict_repeats,
+                "batch_size": 1,
+                "clock": "wall",
+                "split": settings.split,
+                "per_head": lat_meta,
+            },
+            "extraction": extraction_meta,
+            "update": update_meta,
+            "seconds": time.perf_counter() - t_start,
+        },
+        "rows": [rows[k] for k in sorted(rows)],
+    }
+
+
+def _column(sample: Sample, name: str | None) -> np.ndarray:
+    if name is None:
+        raise DataError("a feature head's run records no feature (metrics.json lacks `feature`/`layer`)")
+    if sample.columns is None:
+        raise DataError(f"{name}: no feature store to read it from (run scripts/extract.py first)")
+    return np.asarray(sample.columns(name), dtype=np.float32)
+
+
+def _tokens(sample: Sample, run: HeadRun) -> list[np.ndarray]:
+    if run.layer is None:
+        raise DataError(f"{run.name}: its run records no layer (metrics.json) to read token-level states of")
+    if sample.tokens is None:
+        raise DataError(
+            f"{run.name}: no feature store with token-level states (run scripts/extract.py first)"
+        )
+    return sample.tokens(int(run.layer))
+
+
+def _run_features(run: HeadRun) -> Any:
+    """The features config the head was trained under (its run's .hydra/config.yaml), or None."""
+    if run.config is None:
+        return None
+    from lengthpred.features import settings_from_cfg
+
+    try:
+        return settings_from_cfg(run.config)
+    except Exception as e:  # an unresolvable or older run config: time under the current one instead
+        log.info("costs: %s: run config unusable for features (%s); using the current one", run.name, e)
+        return None
+
+
+def _parse_feature(name: str) -> tuple[int, str]:
+    if not name.startswith("hs.L") or "." not in name[4:]:
+        raise ConfigError(f"online.feature={name!r} is not of the form hs.L<layer>.<pooling>")
+    layer, pooling = name[4:].split(".", 1)
+    return int(layer), pooling
+
+
+def _online_update_ms(path: str | Path | None) -> dict[str, float]:
+    """head → mean update_ms over pairs from the online stage's summary.csv (as T6 reads it)."""
+    if path is None or not Path(path).is_file():
+        return {}
+    import pandas as pd
+
+    df = pd.read_csv(path)
+    if not {"head", "update_ms"} <= set(df.columns):
+        return {}
+    ms = df.assign(update_ms=pd.to_numeric(df["update_ms"], errors="coerce")).dropna(subset=["update_ms"])
+    return {str(h): float(g.mean()) for h, g in ms.groupby("head")["update_ms"]}
+
+
+@contextlib.contextmanager
+def _blas_threads(n: Any) -> Iterator[None]:
+    if n is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=int(n), user_api="blas"):
+        yield
+
+
+def _encode(
+    tokenizer: Any,
+    messages: Sequence[Sequence[Mapping[str, str]]],
+    n: int,
+    max_prompt_tokens: int | None,
+    overflow: str,
+) -> list[list[int]]:
+    """Token ids of n prompts at evenly spaced length quantiles (so the sample spans short and long)."""
+    from lengthpred.prompting import encode_prompt
+
+    seqs = []
+    for m in messages:
+        with contextlib.suppress(DataError):  # empty / over-long under overflow=reject: not a request
+            seqs.append(
+                encode_prompt(tokenizer, list(m), max_prompt_tokens=max_prompt_tokens, overflow=overflow)
+            )
+    if not seqs:
+        raise DataError("no prompt of the sample could be encoded for the extraction timing")
+    seqs.sort(key=len)
+    picks = sorted({min(len(seqs) - 1, int((k + 0.5) * len(seqs) / n)) for k in range(n)})
+    return [list(seqs[i]) for i in picks]
+
+
+def write_costs(doc: Mapping[str, Any], path: str | Path) -> Path:
+    """costs.json (atomically): `{"meta": ..., "rows": [...]}`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+# -- from an experiment's config -----------------------------------------------------------------------
+def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
+    """Measure the costs of every saved head of `cfg`'s experiment on its own prompts, features and model."""
+    from lengthpred.data import load_prompts, load_splits
+    from lengthpred.heads.assemble import indomain_ids, prompt_text
+    from lengthpred.heads.base import HEADS
+    from lengthpred.paths import resolve
+
+    ccfg = cfg.get("costs") or {}
+    settings = CostSettings.from_cfg(ccfg)
+    exp_dir = resolve(
+        ccfg.get("experiment_dir") or Path(str(cfg.paths.root_dir)) / "outputs" / str(cfg.experiment_name)
+    )
+    runs = find_head_runs(exp_dir, settings.heads)
+    model_name = str(cfg.model.name)
+    other = [f"{r.name} ({r.model})" for r in runs if r.model not in (None, model_name)]
+    if other:
+        raise ConfigError(f"heads under {exp_dir} were trained for another model than {model_name}: {other}")
+
+    prompts = load_prompts(cfg.data)
+    by_id = {r["id"]: r for r in prompts}
+    pool = [i for i in indomain_ids(load_splits(cfg.data)).get(settings.split, []) if i in by_id]
+    if not pool:
+        raise DataError(f"splits.json has no in-domain {settings.split!r} prompts to time the heads on")
+    rng = np.random.default_rng(settings.seed)
+    ids = sorted(rng.choice(pool, size=min(settings.predict_prompts, len(pool)), replace=False).tolist())
+
+    kinds = {HEADS.get(r.name).input_kind for r in runs}
+    store_kinds = {*PREFILL_KINDS, "n_prompt_tokens"}
+    needs_store = bool(kinds & store_kinds) or settings.online
+    # the stores the heads were trained on (their run configs), then the current config's
+    configs = [r.config for r in runs if r.config is not None and HEADS.get(r.name).input_kind in store_kinds]
+    stores = _feature_stores([*configs, cfg], prompts, ids) if needs_store else None
+    if stores is None and kinds & store_kinds:
+        from lengthpred.features import feature_dir
+
+        raise DataError(f"no feature store at {feature_dir(cfg, prompts)}: run scripts/extract.py first")
+    sample = Sample(
+        ids=ids,
+        texts=[prompt_text(by_id[i]["messages"]) for i in ids],
+        domains=[str(by_id[i].get("domain", "")) for i in ids],
+        messages=[list(by_id[i]["messages"]) for i in pool],
+        columns=stores.get if stores is not None else None,
+        tokens=stores.token_inputs if stores is not None else None,
+        n_prompt_tokens=stores.n_prompt_tokens() if stores is not None else None,
+    )
+    online = None
+    if settings.online and cfg.get("online") is not None:
+        if stores is None:
+            log.warning("costs: no feature store, so no rls@λ rows")
+        else:
+            from omegaconf import OmegaConf
+
+            online = OmegaConf.to_container(cfg.online, resolve=True)
+    needs_model = online is not None or any(
+        r.pooling is not None and HEADS.get(r.name).input_kind == "features" for r in runs
+    )
+    model = tokenizer = fsettings = max_tokens = None
+    if needs_model:
+        from hydra.utils import instantiate
+
+        from lengthpred.features import settings_from_cfg
+        from lengthpred.models import load_causal_lm
+
+        model, tokenizer = load_causal_lm(instantiate(cfg.model))
+        fsettings = settings_from_cfg(cfg)
+        max_tokens = fsettings.max_prompt_tokens or getattr(model.config, "max_position_embeddings", None)
+    from lengthpred.eval.report import newest
+
+    pattern = settings.online_summary
+    summary = Path(pattern) if pattern and Path(pattern).is_absolute() else newest(exp_dir, pattern)
+    doc = measure_costs(
+        runs,
+        sample,
+        settings,
+        model=model,
+        tokenizer=tokenizer,
+        feature_settings=fsettings,
+        max_prompt_tokens=max_tokens,
+        online=online,
+        online_summary=summary,
+        progress=progress,
+    )
+    doc["meta"] |= {
+        "experiment": str(cfg.get("experiment_name")),
+        "model": model_name,
+        "data": str(cfg.data.name),
+        "experiment_dir": str(exp_dir),
+        "heads": {r.name: str(r.head_dir) for r in runs},
+    }
+    return doc
+
+
+class FeatureStores:
+    """Several stored feature sets (subset to the same ids) read as one: a column comes from the first
+    that holds it."""
+
+    def __init__(self, sets: Sequence[Any]):
+        self.sets = list(sets)
+
+    def get(self, name: str) -> np.ndarray:
+        for fs in self.sets:
+            if name in fs.names:
+                return fs.get(name)
+        raise DataError(f"feature {name!r} is in none of the stores {[str(fs.root) for fs in self.sets]}")
+
+    def token_inputs(self, layer: int) -> list[np.ndarray]:
+        for fs in self.sets:
+            if int(layer) in (fs.manifest.get("token_layers") or []):
+                return fs.token_inputs(int(layer))
+        raise DataError(
+            f"layer {layer} is stored token-level in none of {[str(fs.root) for fs in self.sets]}; "
+            f"extract with features.token_layers=[{layer}]"
+        )
+
+    def n_prompt_tokens(self) -> np.ndarray | None:
+        return next(
+            (fs.get("n_prompt_tokens")[:, 0] for fs in self.sets if "n_prompt_tokens" in fs.names), None
+        )
+
+
+def _feature_stores(configs: Sequence[Any], prompts: Any, ids: Sequence[str]) -> FeatureStores | None:
+    """The complete stores of these configs that hold every id (each once, in order), or None."""
+    from lengthpred.errors import LengthpredError
+    from lengthpred.features import feature_dir, load_features
+    from lengthpred.features.store import MANIFEST
+
+    roots: list[Path] = []
+    for c in configs:
+        try:
+            root = feature_dir(c, prompts)
+        except Exception as e:  # a run config that no longer resolves: its store cannot be found
+            log.info("costs: cannot locate a run's feature store (%s)", e)
+            continue
+        if root not in roots and (root / MANIFEST).is_file():
+            roots.append(root)
+    sets = []
+    for root in roots:
+        try:
+            sets.append(load_features(root).subset(ids))
+        except LengthpredError as e:  # incomplete (being extracted) or lacking these prompts
+            log.warning("costs: feature store %s skipped: %s", root, e)
+    return FeatureStores(sets) if sets else None
