@@ -5,10 +5,17 @@ for preemptive policies, preempts the running request with the largest ``running
 one has a strictly smaller key and cannot otherwise get in. Keys depend on the request's progress:
 ``steps`` (decode steps it has been served) and ``tokens`` (tokens it has generated). Policies with keys
 that change in steps other than through progress ask for re-checks every ``tick`` steps.
+
+A policy whose running keys are piecewise linear in the global step, with one slope per group, says so
+by setting ``slopes`` in ``bind`` and implementing ``segment``; the simulator then keeps the running batch
+in lazy heaps (`lengthpred.sched.runset`). Otherwise (``slopes = None``) it recomputes ``running_keys``
+over the batch. ``running_key`` and ``running_keys`` must agree to the last bit: both paths must pick
+the same request.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from dataclasses import dataclass
@@ -18,6 +25,7 @@ import numpy as np
 
 from lengthpred.errors import ConfigError
 from lengthpred.registry import Registry
+from lengthpred.sched.predictors import ArrayPredictor, OraclePredictor
 
 POLICIES: Registry[Any] = Registry("policy")
 _LEVEL = 1e9  # separates MLFQ levels in a float key (arrival times stay far below it)
@@ -43,9 +51,15 @@ class Policy:
     tick: int | None = None
     needs_prediction: bool = False
     name: str = "policy"
+    slopes: tuple[float, ...] | None = None  # key change per global step in each group; set by `bind`
 
     def bind(self, ctx: SchedContext) -> None:
         self.ctx = ctx
+
+    def segment(self, i: int, steps: int, tokens: float) -> tuple[int, float, int]:
+        """For a running request: its group, its `running_key` now, and in how many steps it next changes
+        group (0: never). Only called when `slopes` is set; this default is one group of constant keys."""
+        return 0, self.running_key(i, steps, tokens), 0
 
     def waiting_key(self, i: int, steps: int, tokens: float) -> float:
         raise NotImplementedError
@@ -63,6 +77,14 @@ class FCFS(Policy):
     """First come, first served (vLLM's default); under memory pressure the latest arrival is preempted."""
 
     name = "fcfs"
+
+    def bind(self, ctx: SchedContext) -> None:
+        super().bind(ctx)
+        self.slopes = (0.0,)
+        self._arrival = ctx.arrival.tolist()
+
+    def running_key(self, i: int, steps: int, tokens: float) -> float:
+        return self._arrival[i]
 
     def waiting_key(self, i: int, steps: int, tokens: float) -> float:
         return float(self.ctx.arrival[i])
@@ -89,6 +111,10 @@ class SJF(_LengthPolicy):
 
     name = "sjf"
 
+    def bind(self, ctx: SchedContext) -> None:
+        super().bind(ctx)
+        self.slopes = (0.0,)
+
     def waiting_key(self, i: int, steps: int, tokens: float) -> float:
         return self._total(i)
 
@@ -113,6 +139,48 @@ class SRPT(_LengthPolicy):
 
     name = "srpt"
     preemptive = True
+
+    def bind(self, ctx: SchedContext) -> None:
+        super().bind(ctx)
+        self._outlive = False  # keys fall with progress, then rise once a request outlives its prediction
+        self.slopes = None
+        if ctx.speculative:  # tokens per step differ between requests: no common slope
+            return
+        pr = ctx.predictor
+        rem = getattr(getattr(pr, "remaining", None), "__func__", getattr(pr, "remaining", None))
+        many = getattr(getattr(pr, "remaining_many", None), "__func__", None)
+        self._total = None  # totals as Python floats where they are fixed in advance (the fast running_key)
+        if self.oracle:
+            self.slopes, self._total = (-1.0,), ctx.output.astype(float).tolist()
+        elif rem is None:
+            self.slopes = (-1.0,)
+        elif (rem, many) == (OraclePredictor.remaining, OraclePredictor.remaining_many):
+            self.slopes, self._total = (-1.0,), pr.values.tolist()
+        elif (rem, many) == (ArrayPredictor.remaining, ArrayPredictor.remaining_many):
+            self.slopes, self._outlive, self._total = (-1.0, 1.0), True, pr.values.tolist()
+
+    def running_key(self, i: int, steps: int, tokens: float) -> float:
+        # waiting_key's value, without its lookups; the same float operations as running_keys
+        if self._total is None:
+            return self.waiting_key(i, steps, tokens)
+        p = self._total[i]
+        if self._outlive and tokens >= p:
+            return tokens - p + 1.0
+        return p - tokens
+
+    def segment(self, i: int, steps: int, tokens: float) -> tuple[int, float, int]:
+        key = self.running_key(i, steps, tokens)
+        if not self._outlive:
+            return 0, key, 0
+        p = self._total[i]
+        if tokens >= p:
+            return 1, key, 0
+        d = max(1, math.ceil(p - tokens))  # one token per step: the first step with tokens >= p
+        while tokens + d < p:
+            d += 1
+        while d > 1 and tokens + d - 1 >= p:
+            d -= 1
+        return 0, key, d
 
     def waiting_key(self, i: int, steps: int, tokens: float) -> float:
         if self.oracle:
@@ -140,6 +208,11 @@ def _level(steps: float, quantum: int, n_levels: int) -> int:
     return min(n_levels - 1, int(math.log2(steps / quantum + 1.0)))
 
 
+def _level_start(level: int, quantum: int) -> int:
+    """The fewest steps of service that reach `level` (below the last level): q·(2^level − 1)."""
+    return quantum * ((1 << level) - 1)
+
+
 @POLICIES.register("mlfq")
 class MLFQ(Policy):
     """Multi-level feedback queue (least attained service with geometric quanta), FCFS within a level."""
@@ -152,6 +225,20 @@ class MLFQ(Policy):
             raise ConfigError(f"mlfq needs quantum >= 1 and n_levels >= 1, got {quantum}, {n_levels}")
         self.quantum, self.n_levels = quantum, n_levels
         self.tick = quantum
+
+    def bind(self, ctx: SchedContext) -> None:
+        super().bind(ctx)
+        self.slopes = (0.0,) * self.n_levels  # one group per level; steps, not tokens, set the level
+        self._starts = [_level_start(k, self.quantum) for k in range(self.n_levels)]
+        self._arrival = ctx.arrival.tolist()
+
+    def running_key(self, i: int, steps: int, tokens: float) -> float:
+        return (bisect.bisect_right(self._starts, steps) - 1) * _LEVEL + self._arrival[i]
+
+    def segment(self, i: int, steps: int, tokens: float) -> tuple[int, float, int]:
+        lvl = bisect.bisect_right(self._starts, steps) - 1  # = _level(steps, …), by the level boundaries
+        nxt = 0 if lvl == self.n_levels - 1 else self._starts[lvl + 1] - steps
+        return lvl, lvl * _LEVEL + self._arrival[i], nxt
 
     def waiting_key(self, i: int, steps: int, tokens: float) -> float:
         return _level(steps, self.quantum, self.n_levels) * _LEVEL + float(self.ctx.arrival[i])
@@ -202,8 +289,24 @@ class LAPSSD(MLFQ):
         prof = ctx.profile
         self.t_target = prof.step_time(1)
         self.t_draft = prof.t_draft
+        self.slopes = None  # per-request rates of decrease once perceptible: keys recomputed over the batch
 
-    running_keys = Policy.running_keys
+    def running_key(self, i: int, steps: int, tokens: float) -> float:
+        return self.waiting_key(i, steps, tokens)
+
+    def running_keys(self, idx: np.ndarray, steps: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        # the same float operations, in the same order, as waiting_key
+        lvl = np.minimum(self.n_levels - 1, np.floor(np.log2(steps / self.quantum + 1.0)))
+        young = lvl * _LEVEL + self.ctx.arrival[idx]
+        total = (self.ctx.output if self.oracle else self.ctx.pred)[idx].astype(float)
+        L = np.maximum(total - tokens, 1.0)
+        n = self.ctx.profile.n_draft
+        t = (n * L * self.t_draft + L * self.t_target) / (n * self.a_hat[idx] + 1)
+        if self.perceptible_first:
+            young, t = young + 4 * _LEVEL * self.n_levels, t + 0.0
+        else:
+            young, t = young + 0.0, t + 2 * _LEVEL * self.n_levels
+        return np.where(steps < self.k_stable[idx], young, t)
 
     def waiting_key(self, i: int, steps: int, tokens: float) -> float:
         if steps < self.k_stable[i]:

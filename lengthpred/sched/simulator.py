@@ -32,6 +32,7 @@ from lengthpred.errors import ConfigError, DataError
 from lengthpred.sched.hardware import HardwareProfile
 from lengthpred.sched.policies import Policy, SchedContext
 from lengthpred.sched.predictors import ArrayPredictor, OraclePredictor, Predictor
+from lengthpred.sched.runset import make_runset
 from lengthpred.sched.workload import Workload, capacity
 
 log = logging.getLogger("lengthpred.sched")
@@ -129,13 +130,9 @@ def simulate(
     predict = None if static else predictor.predict
 
     steps0, tok0, G0, ver, npre = [0] * n, [0.0] * n, [0] * n, [0] * n, [0] * n
-    # the running batch in compact slots [0, B), for vectorised keys; pos[i] = slot of running request i
-    slot_idx, slot_g0, slot_s0 = (np.zeros(max_batch, np.int64) for _ in range(3))
-    slot_t0, slot_rate, slot_np = np.zeros(max_batch), np.zeros(max_batch), np.zeros(max_batch, np.int64)
-    pos = [-1] * n
-    arrn = workload.arrival
-    rkeys = policy.running_keys
     limit = math.inf if max_preemptions is None else max_preemptions
+    running = make_runset(policy, (G0, steps0, tok0, rate, npre), arr, aging, limit, max_batch)
+    add, remove, worst = running.add, running.remove, running.worst
     nan = math.nan
     first_admit, first_tok, finish = [nan] * n, [nan] * n, [nan] * n
     rejected = [False] * n
@@ -145,30 +142,13 @@ def simulate(
     ptr, seq, n_events, n_steps = 0, 0, 0, 0
     new_admits: list[int] = []
 
-    def add(i: int) -> None:
-        nonlocal B
-        slot_idx[B], slot_g0[B], slot_s0[B], slot_t0[B], slot_rate[B], slot_np[B] = (
-            i, G0[i], steps0[i], tok0[i], rate[i], npre[i])
-        pos[i] = B
-        B += 1
-
-    def remove(i: int) -> None:
-        nonlocal B
-        k, last = pos[i], B - 1
-        if k != last:
-            j = int(slot_idx[last])
-            slot_idx[k], slot_g0[k], slot_s0[k], slot_t0[k], slot_rate[k], slot_np[k] = (
-                j, slot_g0[last], slot_s0[last], slot_t0[last], slot_rate[last], slot_np[last])
-            pos[j] = k
-        pos[i] = -1
-        B -= 1
-
     def preempt(j: int) -> None:
-        nonlocal S, R, extra, seq
+        nonlocal S, R, B, extra, seq
         d = G - G0[j]
         steps0[j] += d
         tok0[j] += rate[j] * d
         remove(j)
+        B -= 1
         R -= rate[j]
         S -= P[j] + tok0[j] - rate[j] * G
         ver[j] += 1
@@ -179,18 +159,6 @@ def simulate(
         heapq.heappush(waiting, (k, seq, j))
         seq += 1
 
-    def worst_running(capped: bool = False) -> tuple[float, int]:
-        # the same aged key a request would have if it waited, so preemption can never cycle
-        idx = slot_idx[:B]
-        d = G - slot_g0[:B]
-        keys = rkeys(idx, slot_s0[:B] + d, slot_t0[:B] + slot_rate[:B] * d)
-        if aging:
-            keys = keys - aging * (t - arrn[idx])
-        if capped:
-            keys = np.where(slot_np[:B] < limit, keys, -np.inf)
-        j = int(np.argmax(keys))
-        return float(keys[j]), int(idx[j])
-
     while True:
         n_events += 1
         # completions at this boundary
@@ -200,6 +168,7 @@ def simulate(
                 continue
             finish[i] = t
             remove(i)
+            B -= 1
             R -= rate[i]
             S -= P[i] + tok0[i] - rate[i] * G0[i]
             if on_complete is not None:
@@ -221,7 +190,7 @@ def simulate(
             break
         # KV memory for the next step: preempt the worst running requests until it fits
         while B > 1 and (S + R * (G + 1)) / bs + B > M:
-            preempt(worst_running()[1])
+            preempt(worst(G, t)[1])
         # admission (and preemption for preemptive policies)
         prefill = 0
         while waiting:
@@ -242,15 +211,17 @@ def simulate(
                         extra += predictor_cost if predictor_mode == "sync" else max(
                             0.0, predictor_cost - t_pf * P[i])
                 G0[i] = G
-                add(i)
+                add(i, G)
+                B += 1
                 R += rate[i]
                 S += P[i] + tok0[i] - rate[i] * G
                 heapq.heappush(comp, (G + work[i] - steps0[i], i, ver[i]))
                 continue
             if not preemptive or B == 0:
                 break
-            wk, j = worst_running(capped=True)
-            if k - aging * t < wk:
+            ka = k - aging * t
+            wk, j = worst(G, t, True, ka)
+            if ka < wk:
                 preempt(j)
             else:
                 break

@@ -1,0 +1,211 @@
+"""The running batch, and which running request to preempt: the one with the worst (largest) key.
+
+Both implementations answer the same question the same way: the largest key among running requests
+(optionally only those still under their preemption cap), ties to the lowest slot, where slots are the
+compact positions the running requests hold (a finishing or preempted request's slot is taken by the
+last one). The slot tie-break is the original simulator's `argmax` over its slot arrays, kept so that
+results do not depend on which implementation ran.
+
+- `HeapRunSet` (used when the policy describes its keys with `Policy.segment`): running requests sit in
+  lazy max-heaps, one per (key group, capped). Within a group every key moves by the group's slope per
+  global step, so the heap order is fixed while the request stays in the group; a request moves group
+  at a step its policy names (an MLFQ level boundary, SRPT outliving its prediction), handled lazily
+  when the next query reaches that step. A query evaluates the exact key (the policy's `running_key`,
+  with the same float operations the vectorised keys use) only for the heap tops within rounding of the
+  best: O(log B) per query instead of O(B).
+- `SlotRunSet`: keys of the whole batch recomputed with numpy at each query (`Policy.running_keys`),
+  for policies whose keys have no such form (LAPS-SD, SRPT with per-request speculative rates or a
+  predictor's own `remaining`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from lengthpred.sched.policies import Policy
+
+_REL = 1e-12  # candidates within this relative distance of the best approximate key get exact keys
+
+
+class _Base:
+    """Slot bookkeeping shared by both implementations; the simulator owns the per-request state lists."""
+
+    def __init__(self, policy: Policy, state: tuple[list, list, list, list, list], arrival: list[float],
+                 aging: float, limit: float, max_batch: int) -> None:
+        self.G0, self.steps0, self.tok0, self.rate, self.npre = state
+        self.arr, self.aging, self.limit = arrival, aging, limit
+        self.policy = policy
+        self.pos = [-1] * len(arrival)
+        self.slots: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def _slot_add(self, i: int) -> None:
+        self.pos[i] = len(self.slots)
+        self.slots.append(i)
+
+    def _slot_remove(self, i: int) -> int:
+        """Frees i's slot, moving the last request into it; returns the slot."""
+        slots, pos = self.slots, self.pos
+        k, j = pos[i], slots.pop()
+        if j != i:
+            slots[k] = j
+            pos[j] = k
+        pos[i] = -1
+        return k
+
+
+class HeapRunSet(_Base):
+    def __init__(self, policy: Policy, state: tuple[list, list, list, list, list], arrival: list[float],
+                 aging: float, limit: float, max_batch: int) -> None:
+        super().__init__(policy, state, arrival, aging, limit, max_batch)
+        slopes = list(policy.slopes)
+        self.ng = len(slopes)
+        self.slope = slopes + slopes  # groups [0, ng): under the preemption cap; [ng, 2ng): at it
+        self.smax = max(map(abs, slopes))
+        self.heaps: list[list[tuple[float, int, int]]] = [[] for _ in self.slope]
+        self.live = [0] * len(self.slope)
+        self.trans: list[tuple[int, int, int]] = []  # (global step of the next group change, i, stamp)
+        n = len(arrival)
+        self.stamp, self.grp = [0] * n, [0] * n
+        self.segment, self.key = policy.segment, policy.running_key
+        self.G_done = -1
+
+    def add(self, i: int, G: int) -> None:
+        self.pos[i] = len(self.slots)
+        self.slots.append(i)
+        self._place(i, G, self.steps0[i], self.tok0[i])
+
+    def remove(self, i: int) -> None:
+        self._slot_remove(i)
+        self.live[self.grp[i]] -= 1
+        self.stamp[i] += 1
+
+    def _place(self, i: int, G: int, steps: int, tokens: float) -> None:
+        g, key, n_valid = self.segment(i, steps, tokens)
+        if self.npre[i] >= self.limit:
+            g += self.ng
+        st = self.stamp[i] = self.stamp[i] + 1
+        self.grp[i] = g
+        self.live[g] += 1
+        h = self.heaps[g]
+        # c + slope·G is the key at step G; aging lowers keys by aging·(t − arrival): its arrival part is per
+        # request, its t part common to all, so it is left out of the comparison
+        heapq.heappush(h, (self.slope[g] * G - key - self.aging * self.arr[i], i, st))
+        if n_valid:
+            heapq.heappush(self.trans, (G + n_valid, i, st))
+        if len(h) > 64 and len(h) > 4 * self.live[g]:  # drop stale entries now and then
+            stamp = self.stamp
+            h[:] = [e for e in h if e[2] == stamp[e[1]]]
+            heapq.heapify(h)
+
+    def _advance(self, G: int) -> None:
+        trans, stamp, grp, live = self.trans, self.stamp, self.grp, self.live
+        G0, steps0, tok0, rate = self.G0, self.steps0, self.tok0, self.rate
+        while trans and trans[0][0] <= G:
+            _, i, st = heapq.heappop(trans)
+            if st == stamp[i]:
+                live[grp[i]] -= 1
+                d = G - G0[i]
+                self._place(i, G, steps0[i] + d, tok0[i] + rate[i] * d)
+        self.G_done = G
+
+    def worst(self, G: int, t: float, capped: bool = False, above: float = -math.inf) -> tuple[float, int]:
+        """(key, request) of the running request with the largest aged key; (-inf, -1) if there is none, or
+        if no key can exceed `above` (a shortcut: the caller preempts only a request whose key does)."""
+        if G != self.G_done:
+            self._advance(G)
+        heaps, live, slope, stamp = self.heaps, self.live, self.slope, self.stamp
+        best, tops = -math.inf, []
+        for g in range(self.ng if capped else 2 * self.ng):
+            if live[g]:
+                h = heaps[g]
+                while h[0][2] != stamp[h[0][1]]:
+                    heapq.heappop(h)
+                v = slope[g] * G - h[0][0]
+                tops.append((g, v))
+                if v > best:
+                    best = v
+        if not tops:
+            return -math.inf, -1
+        tol = _REL * (abs(best) + self.smax * G + self.aging * t + 1.0)
+        if best + tol < above + self.aging * t:  # keys here are not yet lowered by aging·t
+            return -math.inf, -1
+        lo = best - 2 * tol
+        cand: list[int] = []
+        for g, v in tops:
+            if v < lo:
+                continue
+            h = heaps[g]
+            floor = slope[g] * G - lo
+            n = len(h)
+            # the top alone, when neither child (nor so anything below) is within reach: no pops
+            if (n < 2 or h[1][0] > floor) and (n < 3 or h[2][0] > floor):
+                cand.append(h[0][1])
+                continue
+            top = []
+            while h and h[0][0] <= floor:
+                e = heapq.heappop(h)
+                if e[2] == stamp[e[1]]:
+                    top.append(e)
+                    cand.append(e[1])
+            for e in top:
+                heapq.heappush(h, e)
+        if len(cand) == 1:
+            i = cand[0]
+            return self._exact(i, G, t), i
+        pos = self.pos
+        return max((self._exact(i, G, t), -pos[i], i) for i in cand)[::2]
+
+    def _exact(self, i: int, G: int, t: float) -> float:
+        d = G - self.G0[i]
+        k = self.key(i, self.steps0[i] + d, self.tok0[i] + self.rate[i] * d)
+        return k - self.aging * (t - self.arr[i]) if self.aging else k
+
+
+class SlotRunSet(_Base):
+    def __init__(self, policy: Policy, state: tuple[list, list, list, list, list], arrival: list[float],
+                 aging: float, limit: float, max_batch: int) -> None:
+        super().__init__(policy, state, arrival, aging, limit, max_batch)
+        self.arrn = np.asarray(arrival)
+        self.idx, self.g0, self.s0, self.np = (np.zeros(max_batch, np.int64) for _ in range(4))
+        self.t0, self.r = np.zeros(max_batch), np.zeros(max_batch)
+        self.rkeys = policy.running_keys
+
+    def add(self, i: int, G: int) -> None:
+        k = len(self.slots)
+        self._slot_add(i)
+        self.idx[k], self.g0[k], self.s0[k], self.t0[k], self.r[k], self.np[k] = (
+            i, self.G0[i], self.steps0[i], self.tok0[i], self.rate[i], self.npre[i])
+
+    def remove(self, i: int) -> None:
+        last = len(self.slots) - 1
+        k = self._slot_remove(i)
+        if k != last:
+            for a in (self.idx, self.g0, self.s0, self.t0, self.r, self.np):
+                a[k] = a[last]
+
+    def worst(self, G: int, t: float, capped: bool = False, above: float = -math.inf) -> tuple[float, int]:
+        B = len(self.slots)
+        if B == 0:
+            return -math.inf, -1
+        idx = self.idx[:B]
+        d = G - self.g0[:B]
+        keys = self.rkeys(idx, self.s0[:B] + d, self.t0[:B] + self.r[:B] * d)
+        if self.aging:
+            keys = keys - self.aging * (t - self.arrn[idx])
+        if capped:
+            keys = np.where(self.np[:B] < self.limit, keys, -np.inf)
+        j = int(np.argmax(keys))
+        return float(keys[j]), int(idx[j])
+
+
+def make_runset(policy: Policy, state: tuple[list, list, list, list, list], arrival: list[float],
+                aging: float, limit: float, max_batch: int) -> HeapRunSet | SlotRunSet:
+    """The heap form where the bound policy has one (`policy.slopes` set by `bind`), else the numpy form."""
+    cls = HeapRunSet if policy.slopes is not None else SlotRunSet
+    return cls(policy, state, arrival, aging, limit, max_batch)
