@@ -35,7 +35,7 @@ def main(cfg: DictConfig) -> None:
         print(f"{r['head']:>14s}  {'  '.join(cells)}")
     used = f"{ext['n_prompts']} prompts × {ext['repeats']} reps" if ext else "none"
     print(
-        f"costs of {len(doc['rows'])} heads (extraction timing: {used}) in {doc['meta']['seconds']:.1f} s → {path}"
+        f"costs of {len(doc['rows'])} heads (extraction timing: {used}) in {doc['meta']['seconds']['total']:.1f} s → {path}"
     )
 
 

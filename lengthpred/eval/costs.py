@@ -296,102 +296,39 @@ def measure_costs(
 ) -> dict[str, Any]:
     """`{"meta": ..., "rows": [...]}`: one row per head (and per `rls@λ` when `online` is given).
 
-    `model`/`tokenizer`/`feature_settings` (the features config) are needed when a head reads prefill
-    features; `online` is the online config (`feature`, `forgetting`, `alpha`, `trace_cap`, `blas_threads`).
+    `model`/`tokenizer`/`feature_settings` (the current features config: the fallback for heads without a
+    run config, and the prompt overflow rule) are needed when a head reads prefill state; `online` is the
+    online config (`feature`, `forgetting`, `alpha`, `trace_cap`, `blas_threads`).
     """
-    from lengthpred.heads.base import HeadInput, load_head
-
-    t_start = time.perf_counter()
+    t0 = time.perf_counter()
     rows: dict[str, dict[str, Any]] = {}
-    lat_meta: dict[str, Any] = {}
-    # overhead is measured once per capture kind: which layer is read or pooled does not change the cost
-    # (a hook keeps a reference; entropy and attention do not depend on it)
-    captures: dict[str, tuple[int, str]] = {}
-    bases: dict[str, Any] = {}  # capture kind -> the features config it is timed under
+    # capture kind -> (layer, pooling, features config) it is timed under; measured once per kind: which
+    # layer is read or pooled does not change the cost (a hook keeps a reference)
+    captures: dict[str, tuple[int, str, Any]] = {}
+    predict_meta: dict[str, Any] = {}
     for run in runs:
-        head = load_head(run.head_dir)
-        kind_in = head.input_kind
-        inputs = HeadInput(
-            ids=list(sample.ids),
-            features=_column(sample, run.feature) if kind_in == "features" else None,
-            tokens=_tokens(sample, run) if kind_in == "tokens" else None,
-            texts=list(sample.texts),
-            domains=list(sample.domains),
-            n_prompt_tokens=sample.n_prompt_tokens,
-        )
-        requests = per_request(inputs.x_for(kind_in))
-        med, p90 = _ms(request_latencies(head.predict, requests, settings.predict_repeats))
-        lat_meta[run.name] = {"median_ms": med, "p90_ms": p90}
-        kind = (
-            capture_kind(LEARNED if kind_in == "tokens" else run.pooling)
-            if kind_in in PREFILL_KINDS
-            else "none"
-        )
-        rows[run.name] = {
-            "head": run.name,
-            "n_parameters": int(head.n_parameters),
-            "predict_latency_ms": med,
-            "capture": "proxy encoder (in predict latency)" if kind_in == "texts" else kind,
-        }
-        if kind == "none":
-            rows[run.name]["extraction_overhead_pct"] = 0.0
-        else:
-            rows[run.name]["feature"] = run.feature or f"hs.L{run.layer} (token-level)"
-            captures.setdefault(kind, (int(run.layer), LEARNED if kind_in == "tokens" else str(run.pooling)))
-            bases.setdefault(kind, _run_features(run))
-
+        rows[run.name], predict_meta[run.name], capture = _head_costs(run, sample, settings)
+        if capture is not None:
+            captures.setdefault(rows[run.name]["capture"], capture)
     update_meta: dict[str, Any] = {}
     if online is not None:
-        feat = str(online.get("feature", "hs.L20.last"))
-        layer, pooling = _parse_feature(feat)
-        X = _column(sample, feat)
-        summary = _online_update_ms(online_summary)
-        with _blas_threads(online.get("blas_threads")):
-            for lam in online.get("forgetting") or []:
-                from lengthpred.online.config import rls_name
-
-                name = rls_name(lam)
-                alpha = float(online.get("alpha") or 1.0)
-                pred, upd = rls_latencies(
-                    X,
-                    float(lam),
-                    settings.predict_repeats,
-                    alpha=alpha,
-                    trace_cap=online.get("trace_cap", 10.0),
-                )
-                rows[name] = {
-                    "head": name,
-                    "n_parameters": int(X.shape[1] + 1),
-                    "predict_latency_ms": _ms(pred)[0],
-                    "capture": capture_kind(pooling),
-                    "feature": feat,
-                }
-                if name in summary:
-                    rows[name]["update_latency_ms"] = summary[name]
-                    update_meta[name] = {"source": str(online_summary), "mean_over_pairs_ms": summary[name]}
-                else:
-                    rows[name]["update_latency_ms"] = _ms(upd)[0]
-                    update_meta[name] = {
-                        "source": "measured",
-                        "median_ms": _ms(upd)[0],
-                        "p90_ms": _ms(upd)[1],
-                    }
-        captures.setdefault(capture_kind(pooling), (layer, pooling))
+        online_rows, update_meta, capture = _online_costs(online, sample, settings, online_summary)
+        rows |= online_rows
+        captures.setdefault(capture_kind(capture[1]), capture)
+    t_predict = time.perf_counter() - t0
 
     extraction_meta: dict[str, Any] = {}
     if captures:
-        if (
-            model is None or tokenizer is None or feature_settings is None
-        ):  # (the overflow rule comes from it)
+        if model is None or tokenizer is None or feature_settings is None:
             raise ConfigError(
-                "heads read prefill features: measuring their extraction overhead needs the model"
+                "heads read prefill state: timing its extraction needs the model and features config"
             )
         seqs = _encode(
             tokenizer, sample.messages, settings.extract_prompts, max_prompt_tokens, feature_settings.overflow
         )
         variants = {
-            k: capture_settings(bases.get(k) or feature_settings, lay, pool)
-            for k, (lay, pool) in captures.items()
+            k: capture_settings(base or feature_settings, lay, pool)
+            for k, (lay, pool, base) in captures.items()
         }
         from lengthpred.heads.binned import torch_threads
 
@@ -406,8 +343,9 @@ def measure_costs(
             )
         pct = overhead_pct(times)
         for row in rows.values():
-            if "feature" in row:
+            if row["capture"] in pct:
                 row["extraction_overhead_pct"] = pct[row["capture"]]
+        base_s = statistics.median(times[PREFILL])
         extraction_meta = {
             "n_prompts": len(seqs),
             "prompt_tokens": [len(s) for s in seqs],
@@ -416,12 +354,10 @@ def measure_costs(
             "clock": settings.clock,
             "batch_size": 1,
             "baseline": "decoder forward without capture hooks (no LM head, no KV cache)",
-            "variants": {k: f"hs.L{lay}.{pool}" for k, (lay, pool) in captures.items()},
+            "variants": {k: f"hs.L{lay}.{pool}" for k, (lay, pool, _) in captures.items()},
             "median_s": {k: statistics.median(v) for k, v in times.items()},
             # repetition spread of the plain prefill: overheads within it are noise
-            "prefill_spread_pct": 100.0
-            * (max(times[PREFILL]) - min(times[PREFILL]))
-            / statistics.median(times[PREFILL]),
+            "prefill_spread_pct": 100.0 * (max(times[PREFILL]) - min(times[PREFILL])) / base_s,
             "runs_s": times,
         }
     return {
@@ -432,14 +368,87 @@ def measure_costs(
                 "batch_size": 1,
                 "clock": "wall",
                 "split": settings.split,
-                "per_head": lat_meta,
+                "per_head": predict_meta,
             },
             "extraction": extraction_meta,
             "update": update_meta,
-            "seconds": time.perf_counter() - t_start,
+            "seconds": {"latencies": t_predict, "total": time.perf_counter() - t0},
         },
         "rows": [rows[k] for k in sorted(rows)],
     }
+
+
+def _head_costs(
+    run: HeadRun, sample: Sample, settings: CostSettings
+) -> tuple[dict[str, Any], dict[str, float], tuple[int, str, Any] | None]:
+    """(row, latency stats, what it captures: (layer, pooling, its features config) or None) of one head."""
+    from lengthpred.heads.base import HeadInput, load_head
+
+    head = load_head(run.head_dir)
+    kind_in = head.input_kind
+    inputs = HeadInput(
+        ids=list(sample.ids),
+        features=_column(sample, run.feature) if kind_in == "features" else None,
+        tokens=_tokens(sample, run) if kind_in == "tokens" else None,
+        texts=list(sample.texts),
+        domains=list(sample.domains),
+        n_prompt_tokens=sample.n_prompt_tokens,
+    )
+    med, p90 = _ms(
+        request_latencies(head.predict, per_request(inputs.x_for(kind_in)), settings.predict_repeats)
+    )
+    row: dict[str, Any] = {
+        "head": run.name,
+        "n_parameters": int(head.n_parameters),
+        "predict_latency_ms": med,
+    }
+    if kind_in not in PREFILL_KINDS:
+        row["capture"] = "proxy encoder (in predict latency)" if kind_in == "texts" else "none"
+        row["extraction_overhead_pct"] = 0.0
+        return row, {"median_ms": med, "p90_ms": p90}, None
+    pooling = LEARNED if kind_in == "tokens" else str(run.pooling)
+    row["capture"] = capture_kind(pooling)
+    row["feature"] = run.feature or f"hs.L{run.layer} (token-level)"
+    return row, {"median_ms": med, "p90_ms": p90}, (int(run.layer), pooling, _run_features(run))
+
+
+def _online_costs(
+    online: Mapping[str, Any], sample: Sample, settings: CostSettings, summary_path: str | Path | None
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any], tuple[int, str, Any]]:
+    """Rows of the `rls@λ` heads on the online feature: predict latency measured, update latency from the
+    online stage's summary when it has the head, else measured."""
+    from lengthpred.online.config import rls_name
+
+    feat = str(online.get("feature", "hs.L20.last"))
+    layer, pooling = _parse_feature(feat)
+    X = _column(sample, feat)
+    summary = _online_update_ms(summary_path)
+    rows, meta = {}, {}
+    with _blas_threads(online.get("blas_threads")):
+        for lam in online.get("forgetting") or []:
+            name = rls_name(lam)
+            pred, upd = rls_latencies(
+                X,
+                float(lam),
+                settings.predict_repeats,
+                alpha=float(online.get("alpha") or 1.0),
+                trace_cap=online.get("trace_cap", 10.0),
+            )
+            rows[name] = {
+                "head": name,
+                "n_parameters": int(X.shape[1] + 1),
+                "predict_latency_ms": _ms(pred)[0],
+                "capture": capture_kind(pooling),
+                "feature": feat,
+            }
+            if name in summary:
+                rows[name]["update_latency_ms"] = summary[name]
+                meta[name] = {"source": str(summary_path), "mean_over_pairs_ms": summary[name]}
+            else:
+                med, p90 = _ms(upd)
+                rows[name]["update_latency_ms"] = med
+                meta[name] = {"source": "measured", "median_ms": med, "p90_ms": p90}
+    return rows, meta, (layer, pooling, None)
 
 
 def _column(sample: Sample, name: str | None) -> np.ndarray:
