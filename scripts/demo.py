@@ -41,6 +41,7 @@ def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
         ("train_proxy", ["train.py", "-m", "head=" + ",".join(p.proxy_heads), *train_sweep, *p.proxy_overrides]),
         ("sweep", ["sweep_features.py"]),
         ("adapt", ["adapt.py"]),
+        ("costs", ["measure_costs.py"]),
         ("simulate", ["simulate.py"]),
         ("evaluate", ["evaluate.py"]),
         ("tables", ["make_tables.py"]),
