@@ -73,16 +73,21 @@ def _replay(policy, ctx, seed: int, aging: float, limit: float, n_ops: int = 600
     return checked
 
 
-POLICIES = [("fcfs", {}), ("sjf", {}), ("oracle-sjf", {}), ("srpt", {}), ("oracle-srpt", {}),
-            ("mlfq", {}), ("mlfq", {"quantum": 3, "n_levels": 4}), ("las", {"quantum": 1, "n_levels": 12})]
+POLICIES = [("fcfs", {}, False), ("sjf", {}, False), ("oracle-sjf", {}, False), ("srpt", {}, False),
+            ("oracle-srpt", {}, False), ("mlfq", {}, False), ("mlfq", {"quantum": 3, "n_levels": 4}, False),
+            ("las", {"quantum": 1, "n_levels": 12}, False), ("mlfq", {}, True),
+            # keys that fall at per-request rates: groups whose slope only bounds the change
+            ("srpt", {}, True), ("oracle-srpt", {}, True), ("laps-sd", {}, True), ("laps-sd", {}, False),
+            ("laps-sd", {"stability": "stderr", "tol": 0.05, "quantum": 4}, True),
+            ("laps-sd", {"oracle": True, "perceptible_first": True, "min_steps": 40}, True)]
 
 
-@pytest.mark.parametrize("name,kw", POLICIES)
+@pytest.mark.parametrize("name,kw,speculative", POLICIES)
 @pytest.mark.parametrize("aging,limit,integer_pred", [(0.0, 2, False), (3.0, math.inf, False), (0.0, 1, True)])
-def test_heap_form_matches_the_numpy_form(name, kw, aging, limit, integer_pred):
+def test_heap_form_matches_the_numpy_form(name, kw, speculative, aging, limit, integer_pred):
     policy = make_policy(name, **kw)
-    ctx = _bind(policy, 300, seed=len(name), integer_pred=integer_pred)
-    assert policy.slopes is not None
+    ctx = _bind(policy, 300, seed=len(name), speculative=speculative, integer_pred=integer_pred)
+    assert isinstance(make_runset(policy, ([0] * 300,) * 5, [0.0] * 300, 0.0, 2, 4), HeapRunSet)
     assert _replay(policy, ctx, seed=7, aging=aging, limit=limit) > 300
 
 
@@ -98,22 +103,16 @@ def test_srpt_heap_form_with_other_predictors(predictor):
     assert _replay(policy, ctx, seed=3, aging=0.0, limit=2) > 300
 
 
-def test_the_numpy_form_serves_keys_without_a_common_slope():
+def test_the_numpy_form_serves_a_predictor_with_its_own_remaining():
     class OwnRemaining(ArrayPredictor):
         def remaining(self, i: int, generated: float) -> float:
             return 1.0
 
-    vals = np.ones(10)
-    cases = [("srpt", {}, True, None), ("laps-sd", {}, True, None), ("laps-sd", {}, False, None),
-             ("srpt", {}, False, OwnRemaining(vals))]
-    for name, kw, spec, pr in cases:
-        policy = make_policy(name, **kw)
-        _bind(policy, 10, seed=0, speculative=spec, predictor=pr)
+    for spec in (False, True):
+        policy = make_policy("srpt")
+        _bind(policy, 10, seed=0, speculative=spec, predictor=OwnRemaining(np.ones(10)))
         assert policy.slopes is None
         assert isinstance(make_runset(policy, ([0] * 10,) * 5, [0.0] * 10, 0.0, 2, 4), SlotRunSet)
-    policy = make_policy("mlfq")
-    _bind(policy, 10, seed=0, speculative=True)  # levels count steps, so speculation keeps the heap form
-    assert isinstance(make_runset(policy, ([0] * 10,) * 5, [0.0] * 10, 0.0, 2, 4), HeapRunSet)
 
 
 @pytest.mark.parametrize("kw", [{}, {"stability": "stderr", "tol": 0.05}, {"oracle": True, "perceptible_first": True}])

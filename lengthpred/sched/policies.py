@@ -52,13 +52,15 @@ class Policy:
     needs_prediction: bool = False
     name: str = "policy"
     slopes: tuple[float, ...] | None = None  # key change per global step in each group; set by `bind`
+    bounds: tuple[bool, ...] | None = None  # per group: the slope only bounds the change from above
 
     def bind(self, ctx: SchedContext) -> None:
         self.ctx = ctx
 
     def segment(self, i: int, steps: int, tokens: float) -> tuple[int, float, int]:
         """For a running request: its group, its `running_key` now, and in how many steps it next changes
-        group (0: never). Only called when `slopes` is set; this default is one group of constant keys."""
+        group (0: never). Within a group a key changes by exactly the group's slope per step, or by at most
+        that where `bounds` says so. Only called when `slopes` is set; this default: one constant group."""
         return 0, self.running_key(i, steps, tokens), 0
 
     def waiting_key(self, i: int, steps: int, tokens: float) -> float:
@@ -143,9 +145,7 @@ class SRPT(_LengthPolicy):
     def bind(self, ctx: SchedContext) -> None:
         super().bind(ctx)
         self._outlive = False  # keys fall with progress, then rise once a request outlives its prediction
-        self.slopes = None
-        if ctx.speculative:  # tokens per step differ between requests: no common slope
-            return
+        self.slopes = self.bounds = None
         pr = ctx.predictor
         rem = getattr(getattr(pr, "remaining", None), "__func__", getattr(pr, "remaining", None))
         many = getattr(getattr(pr, "remaining_many", None), "__func__", None)
@@ -158,6 +158,12 @@ class SRPT(_LengthPolicy):
             self.slopes, self._total = (-1.0,), pr.values.tolist()
         elif (rem, many) == (ArrayPredictor.remaining, ArrayPredictor.remaining_many):
             self.slopes, self._outlive, self._total = (-1.0, 1.0), True, pr.values.tolist()
+        if ctx.speculative and self.slopes is not None:
+            # tokens per step differ between requests: the slopes bound the change, (+1 where a request
+            # outlives its prediction and its key jumps from p − tokens to tokens − p + 1)
+            self._rate = ctx.rate.tolist()
+            self.slopes = (-float(ctx.rate.min()), float(ctx.rate.max()) + 1.0)[: len(self.slopes)]
+            self.bounds = (True,) * len(self.slopes)
 
     def running_key(self, i: int, steps: int, tokens: float) -> float:
         # waiting_key's value, without its lookups; the same float operations as running_keys
@@ -175,6 +181,9 @@ class SRPT(_LengthPolicy):
         p = self._total[i]
         if tokens >= p:
             return 1, key, 0
+        if self.bounds:  # leave the falling group at least a step before tokens can reach p
+            d = math.floor((p - tokens) / self._rate[i]) - 1
+            return (0, key, d) if d >= 1 else (1, key, 0)
         d = max(1, math.ceil(p - tokens))  # one token per step: the first step with tokens >= p
         while tokens + d < p:
             d += 1
@@ -289,10 +298,28 @@ class LAPSSD(MLFQ):
         prof = ctx.profile
         self.t_target = prof.step_time(1)
         self.t_draft = prof.t_draft
-        self.slopes = None  # per-request rates of decrease once perceptible: keys recomputed over the batch
+        # groups: the LAS levels (exact, constant keys) until perceptible; then keys fall by each request's
+        # own rate·(n·T_draft + T_target)/(n·Â + 1) per step, which the least of them bounds; last, the
+        # floor L = 1 (keys never rise)
+        nd, nl = prof.n_draft, self.n_levels
+        fall = ctx.rate * (nd * self.t_draft + self.t_target) / (nd * self.a_hat + 1)
+        self.slopes = (0.0,) * nl + (-float(fall.min()) * (1 - 1e-9), 0.0)
+        self.bounds = (False,) * nl + (True, True)
+        self._rate, self._k_stable = ctx.rate.tolist(), self.k_stable.tolist()
 
     def running_key(self, i: int, steps: int, tokens: float) -> float:
         return self.waiting_key(i, steps, tokens)
+
+    def segment(self, i: int, steps: int, tokens: float) -> tuple[int, float, int]:
+        key, nl = self.waiting_key(i, steps, tokens), self.n_levels
+        ks = self._k_stable[i]
+        if steps < ks:
+            lvl = bisect.bisect_right(self._starts, steps) - 1
+            nxt = ks - steps if lvl == nl - 1 else min(ks, self._starts[lvl + 1]) - steps
+            return lvl, key, nxt
+        total = float(self.ctx.output[i]) if self.oracle else float(self.ctx.pred[i])
+        d = math.floor((total - tokens - 1.0) / self._rate[i]) - 1  # a step before L could reach its floor
+        return (nl, key, d) if d >= 1 else (nl + 1, key, 0)
 
     def running_keys(self, idx: np.ndarray, steps: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         # the same float operations, in the same order, as waiting_key

@@ -64,10 +64,15 @@ class HeapRunSet(_Base):
                  aging: float, limit: float, max_batch: int) -> None:
         super().__init__(policy, state, arrival, aging, limit, max_batch)
         slopes = list(policy.slopes)
+        bounds = list(policy.bounds or [False] * len(slopes))
         self.ng = len(slopes)
         self.slope = slopes + slopes  # groups [0, ng): under the preemption cap; [ng, 2ng): at it
+        self.bound = bounds + bounds
         self.smax = max(map(abs, slopes))
-        self.heaps: list[list[tuple[float, int, int]]] = [[] for _ in self.slope]
+        # exact groups first: their tops give a best key that lets most bound groups be skipped
+        order = sorted(range(2 * self.ng), key=lambda g: self.bound[g])
+        self.order = {False: order, True: [g for g in order if g < self.ng]}
+        self.heaps: list[list[tuple[float, int, int, int]]] = [[] for _ in self.slope]
         self.live = [0] * len(self.slope)
         self.trans: list[tuple[int, int, int]] = []  # (global step of the next group change, i, stamp)
         n = len(arrival)
@@ -93,9 +98,10 @@ class HeapRunSet(_Base):
         self.grp[i] = g
         self.live[g] += 1
         h = self.heaps[g]
-        # c + slope·G is the key at step G; aging lowers keys by aging·(t − arrival): its arrival part is per
-        # request, its t part common to all, so it is left out of the comparison
-        heapq.heappush(h, (self.slope[g] * G - key - self.aging * self.arr[i], i, st))
+        # an entry (−c, i, stamp, step stored): c + slope·G is the key at step G (a bound group: at most the
+        # key); aging lowers keys by aging·(t − arrival): its arrival part is per request, its t part common
+        # to all, so it is left out of the comparison
+        heapq.heappush(h, (self.slope[g] * G - key - self.aging * self.arr[i], i, st, G))
         if n_valid:
             heapq.heappush(self.trans, (G + n_valid, i, st))
         if len(h) > 64 and len(h) > 4 * self.live[g]:  # drop stale entries now and then
@@ -114,34 +120,53 @@ class HeapRunSet(_Base):
                 self._place(i, G, steps0[i] + d, tok0[i] + rate[i] * d)
         self.G_done = G
 
+    def _refresh(self, h: list, G: int, s: float) -> None:
+        """Replace a bound group's top entry by its exact key at step G."""
+        _, i, st, _ = heapq.heappop(h)
+        d = G - self.G0[i]
+        key = self.key(i, self.steps0[i] + d, self.tok0[i] + self.rate[i] * d)
+        heapq.heappush(h, (s * G - key - self.aging * self.arr[i], i, st, G))
+
     def worst(self, G: int, t: float, capped: bool = False, above: float = -math.inf) -> tuple[float, int]:
         """(key, request) of the running request with the largest aged key; (-inf, -1) if there is none, or
         if no key can exceed `above` (a shortcut: the caller preempts only a request whose key does)."""
         if G != self.G_done:
             self._advance(G)
-        heaps, live, slope, stamp = self.heaps, self.live, self.slope, self.stamp
+        heaps, live, slope, stamp, bound = self.heaps, self.live, self.slope, self.stamp, self.bound
+        at = self.aging * t  # keys here are not yet lowered by aging·t
         best, tops = -math.inf, []
-        for g in range(self.ng if capped else 2 * self.ng):
-            if live[g]:
-                h = heaps[g]
-                while h[0][2] != stamp[h[0][1]]:
-                    heapq.heappop(h)
-                v = slope[g] * G - h[0][0]
-                tops.append((g, v))
-                if v > best:
-                    best = v
+        for g in self.order[capped]:
+            if not live[g]:
+                continue
+            h, s = heaps[g], slope[g]
+            while h[0][2] != stamp[h[0][1]]:
+                heapq.heappop(h)
+            v = s * G - h[0][0]
+            if bound[g]:  # v bounds the group's keys: refresh the top until it is exact, unless v is too low
+                ref = best if best > -math.inf else v
+                tol = _REL * (abs(ref) + self.smax * G + at + 1.0)
+                if v < best - 2 * tol or v + tol < above + at:
+                    continue
+                while h[0][3] != G:
+                    self._refresh(h, G, s)
+                    while h[0][2] != stamp[h[0][1]]:
+                        heapq.heappop(h)
+                v = s * G - h[0][0]
+            tops.append((g, v))
+            if v > best:
+                best = v
         if not tops:
             return -math.inf, -1
-        tol = _REL * (abs(best) + self.smax * G + self.aging * t + 1.0)
-        if best + tol < above + self.aging * t:  # keys here are not yet lowered by aging·t
+        tol = _REL * (abs(best) + self.smax * G + at + 1.0)
+        if best + tol < above + at:
             return -math.inf, -1
         lo = best - 2 * tol
         cand: list[int] = []
         for g, v in tops:
             if v < lo:
                 continue
-            h = heaps[g]
-            floor = slope[g] * G - lo
+            h, s = heaps[g], slope[g]
+            floor = s * G - lo
             n = len(h)
             # the top alone, when neither child (nor so anything below) is within reach: no pops
             if (n < 2 or h[1][0] > floor) and (n < 3 or h[2][0] > floor):
@@ -149,9 +174,13 @@ class HeapRunSet(_Base):
                 continue
             top = []
             while h and h[0][0] <= floor:
-                e = heapq.heappop(h)
-                if e[2] == stamp[e[1]]:
-                    top.append(e)
+                e = h[0]
+                if e[2] != stamp[e[1]]:
+                    heapq.heappop(h)
+                elif e[3] != G and bound[g]:
+                    self._refresh(h, G, s)
+                else:
+                    top.append(heapq.heappop(h))
                     cand.append(e[1])
             for e in top:
                 heapq.heappush(h, e)
