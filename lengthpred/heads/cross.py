@@ -180,6 +180,7 @@ def _fit_cross(
                 "selected": m["selected"],
                 "val_spearman": m["val_spearman"],
                 "fitted_with": first["name"],  # the pair whose fit this one shares (itself when alone)
+                "fit_seconds": m["fit_seconds"],  # of that shared fit
             }
     if frames:
         out.predictions = pd.concat(frames, ignore_index=True)
