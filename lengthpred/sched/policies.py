@@ -6,11 +6,11 @@ one has a strictly smaller key and cannot otherwise get in. Keys depend on the r
 ``steps`` (decode steps it has been served) and ``tokens`` (tokens it has generated). Policies with keys
 that change in steps other than through progress ask for re-checks every ``tick`` steps.
 
-A policy whose running keys are piecewise linear in the global step, with one slope per group, says so
-by setting ``slopes`` in ``bind`` and implementing ``segment``; the simulator then keeps the running batch
-in lazy heaps (`lengthpred.sched.runset`). Otherwise (``slopes = None``) it recomputes ``running_keys``
-over the batch. ``running_key`` and ``running_keys`` must agree to the last bit: both paths must pick
-the same request.
+A policy whose running keys move by a fixed slope per global step within groups (or by at most that:
+``bounds``) says so by setting ``slopes`` in ``bind`` and implementing ``segment``; the simulator then
+keeps the running batch in lazy heaps (`lengthpred.sched.runset`). Otherwise (``slopes = None``) it
+recomputes ``running_keys`` over the batch. ``running_key`` and ``running_keys`` must agree to the last
+bit: both paths must pick the same request.
 """
 
 from __future__ import annotations
@@ -165,17 +165,8 @@ class SRPT(_LengthPolicy):
             self.slopes = (-float(ctx.rate.min()), float(ctx.rate.max()) + 1.0)[: len(self.slopes)]
             self.bounds = (True,) * len(self.slopes)
 
-    def running_key(self, i: int, steps: int, tokens: float) -> float:
-        # waiting_key's value, without its lookups; the same float operations as running_keys
-        if self._total is None:
-            return self.waiting_key(i, steps, tokens)
-        p = self._total[i]
-        if self._outlive and tokens >= p:
-            return tokens - p + 1.0
-        return p - tokens
-
     def segment(self, i: int, steps: int, tokens: float) -> tuple[int, float, int]:
-        key = self.running_key(i, steps, tokens)
+        key = self.waiting_key(i, steps, tokens)
         if not self._outlive:
             return 0, key, 0
         p = self._total[i]
@@ -191,7 +182,13 @@ class SRPT(_LengthPolicy):
             d -= 1
         return 0, key, d
 
+    _total: list[float] | None = None
+    _outlive = False
+
     def waiting_key(self, i: int, steps: int, tokens: float) -> float:
+        if self._total is not None:  # the same float operations as below, without the lookups
+            p = self._total[i]
+            return tokens - p + 1.0 if self._outlive and tokens >= p else p - tokens
         if self.oracle:
             return float(self.ctx.output[i]) - tokens
         rem = getattr(self.ctx.predictor, "remaining", None)

@@ -4,18 +4,19 @@ Both implementations answer the same question the same way: the largest key amon
 (optionally only those still under their preemption cap), ties to the lowest slot, where slots are the
 compact positions the running requests hold (a finishing or preempted request's slot is taken by the
 last one). The slot tie-break is the original simulator's `argmax` over its slot arrays, kept so that
-results do not depend on which implementation ran.
+results do not depend on which implementation ran (tests/test_sched_golden.py pins them).
 
-- `HeapRunSet` (used when the policy describes its keys with `Policy.segment`): running requests sit in
-  lazy max-heaps, one per (key group, capped). Within a group every key moves by the group's slope per
-  global step, so the heap order is fixed while the request stays in the group; a request moves group
-  at a step its policy names (an MLFQ level boundary, SRPT outliving its prediction), handled lazily
-  when the next query reaches that step. A query evaluates the exact key (the policy's `running_key`,
-  with the same float operations the vectorised keys use) only for the heap tops within rounding of the
-  best: O(log B) per query instead of O(B).
-- `SlotRunSet`: keys of the whole batch recomputed with numpy at each query (`Policy.running_keys`),
-  for policies whose keys have no such form (LAPS-SD, SRPT with per-request speculative rates or a
-  predictor's own `remaining`).
+- `HeapRunSet` (when the policy describes its keys with `Policy.segment`): running requests sit in lazy
+  max-heaps, one per (key group, capped). Within a group every key moves by the group's slope per global
+  step, so the heap order is fixed while a request stays in the group; in a *bound* group (keys that
+  fall at per-request rates: LAPS-SD, SRPT under speculative decoding) the slope only bounds the change
+  from above, and a query refreshes heap tops to their exact keys until the top is exact. A request
+  changes group at a step its policy names (an MLFQ level boundary, SRPT outliving its prediction),
+  handled lazily when the next query reaches that step. A query computes exact keys (the policy's
+  `running_key`, the same float operations as its vectorised keys) only for entries within rounding of
+  the best: O(log B) per query instead of O(B) numpy work, and usually one exact key.
+- `SlotRunSet`: keys of the whole batch recomputed with numpy at each query (`Policy.running_keys`), for
+  policies without that description (SRPT over a predictor with its own `remaining`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import numpy as np
 
 from lengthpred.sched.policies import Policy
 
-_REL = 1e-12  # candidates within this relative distance of the best approximate key get exact keys
+_REL = 1e-13  # candidates within this relative distance of the best approximate key get exact keys (rounding
+# moves an approximate key by a few units of 1e-16 relative to the magnitudes it sums)
 
 
 class _Base:
@@ -78,6 +80,7 @@ class HeapRunSet(_Base):
         n = len(arrival)
         self.stamp, self.grp = [0] * n, [0] * n
         self.segment, self.key = policy.segment, policy.running_key
+        self.aged_arr = [aging * a for a in arrival]
         self.G_done = -1
 
     def add(self, i: int, G: int) -> None:
@@ -94,18 +97,18 @@ class HeapRunSet(_Base):
         g, key, n_valid = self.segment(i, steps, tokens)
         if self.npre[i] >= self.limit:
             g += self.ng
-        st = self.stamp[i] = self.stamp[i] + 1
+        stamp = self.stamp
+        st = stamp[i] = stamp[i] + 1
         self.grp[i] = g
-        self.live[g] += 1
+        live = self.live[g] = self.live[g] + 1
         h = self.heaps[g]
         # an entry (−c, i, stamp, step stored): c + slope·G is the key at step G (a bound group: at most the
         # key); aging lowers keys by aging·(t − arrival): its arrival part is per request, its t part common
-        # to all, so it is left out of the comparison
-        heapq.heappush(h, (self.slope[g] * G - key - self.aging * self.arr[i], i, st, G))
+        # to all, so it is left out of the comparison (aged_arr[i] = aging·arrival)
+        heapq.heappush(h, (self.slope[g] * G - key - self.aged_arr[i], i, st, G))
         if n_valid:
             heapq.heappush(self.trans, (G + n_valid, i, st))
-        if len(h) > 64 and len(h) > 4 * self.live[g]:  # drop stale entries now and then
-            stamp = self.stamp
+        if len(h) > 64 and len(h) > 4 * live:  # drop stale entries now and then
             h[:] = [e for e in h if e[2] == stamp[e[1]]]
             heapq.heapify(h)
 
@@ -125,7 +128,7 @@ class HeapRunSet(_Base):
         _, i, st, _ = heapq.heappop(h)
         d = G - self.G0[i]
         key = self.key(i, self.steps0[i] + d, self.tok0[i] + self.rate[i] * d)
-        heapq.heappush(h, (s * G - key - self.aging * self.arr[i], i, st, G))
+        heapq.heappush(h, (s * G - key - self.aged_arr[i], i, st, G))
 
     def worst(self, G: int, t: float, capped: bool = False, above: float = -math.inf) -> tuple[float, int]:
         """(key, request) of the running request with the largest aged key; (-inf, -1) if there is none, or

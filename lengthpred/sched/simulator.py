@@ -15,7 +15,7 @@ of the queue blocks the rest), keeps `watermark` of memory free (vLLM's watermar
 token budget with prefill (one prompt always fits). When memory runs out, the running request with the
 worst key is preempted (recompute: its context is prefilled again on re-admission; swap: moved out and
 back at t_swap_token per token). A request that could not fit in KV memory even alone is rejected at
-arrival and counted, never retried.
+arrival and counted, never retried. The running batch and its worst key live in `runset` (lazy heaps).
 """
 
 from __future__ import annotations
