@@ -1,7 +1,7 @@
 """The simulator pinned to saved outcomes: every policy, preemption mode, aging, cap and predictor kind.
 
-``test_sched_golden.npz`` holds per-request times and counters computed by the simulator before its
-running set moved to lazy heaps (commit 10636e9's slot/argmax version); any change in a scheduling
+``test_sched_golden.npz`` holds per-request times and counters computed at commit d922b19, before the
+running set moved from numpy slots (argmax over the batch) to lazy heaps; any change in a scheduling
 decision (which request is admitted or preempted, and when) moves these times far beyond the tolerance.
 Regenerate only for an intended change of behaviour, and say so in the commit:
 
