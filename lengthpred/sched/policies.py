@@ -238,16 +238,14 @@ class MLFQ(Policy):
         self._starts = [_level_start(k, self.quantum) for k in range(self.n_levels)]
         self._arrival = ctx.arrival.tolist()
 
-    def running_key(self, i: int, steps: int, tokens: float) -> float:
-        return (bisect.bisect_right(self._starts, steps) - 1) * _LEVEL + self._arrival[i]
-
     def segment(self, i: int, steps: int, tokens: float) -> tuple[int, float, int]:
-        lvl = bisect.bisect_right(self._starts, steps) - 1  # = _level(steps, …), by the level boundaries
+        lvl = bisect.bisect_right(self._starts, steps) - 1
         nxt = 0 if lvl == self.n_levels - 1 else self._starts[lvl + 1] - steps
         return lvl, lvl * _LEVEL + self._arrival[i], nxt
 
     def waiting_key(self, i: int, steps: int, tokens: float) -> float:
-        return _level(steps, self.quantum, self.n_levels) * _LEVEL + float(self.ctx.arrival[i])
+        # _level(steps, …) found from the level boundaries: the same level, without the log
+        return (bisect.bisect_right(self._starts, steps) - 1) * _LEVEL + self._arrival[i]
 
     def running_keys(self, idx: np.ndarray, steps: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         lvl = np.minimum(self.n_levels - 1, np.floor(np.log2(steps / self.quantum + 1.0)))
@@ -302,10 +300,8 @@ class LAPSSD(MLFQ):
         fall = ctx.rate * (nd * self.t_draft + self.t_target) / (nd * self.a_hat + 1)
         self.slopes = (0.0,) * nl + (-float(fall.min()) * (1 - 1e-9), 0.0)
         self.bounds = (False,) * nl + (True, True)
-        self._rate, self._k_stable = ctx.rate.tolist(), self.k_stable.tolist()
-
-    def running_key(self, i: int, steps: int, tokens: float) -> float:
-        return self.waiting_key(i, steps, tokens)
+        self._rate, self._k_stable, self._a_hat = ctx.rate.tolist(), self.k_stable.tolist(), self.a_hat.tolist()
+        self._out = ctx.output.astype(float).tolist()
 
     def segment(self, i: int, steps: int, tokens: float) -> tuple[int, float, int]:
         key, nl = self.waiting_key(i, steps, tokens), self.n_levels
@@ -314,7 +310,7 @@ class LAPSSD(MLFQ):
             lvl = bisect.bisect_right(self._starts, steps) - 1
             nxt = ks - steps if lvl == nl - 1 else min(ks, self._starts[lvl + 1]) - steps
             return lvl, key, nxt
-        total = float(self.ctx.output[i]) if self.oracle else float(self.ctx.pred[i])
+        total = self._out[i] if self.oracle else float(self.ctx.pred[i])
         d = math.floor((total - tokens - 1.0) / self._rate[i]) - 1  # a step before L could reach its floor
         return (nl, key, d) if d >= 1 else (nl + 1, key, 0)
 
@@ -333,13 +329,13 @@ class LAPSSD(MLFQ):
         return np.where(steps < self.k_stable[idx], young, t)
 
     def waiting_key(self, i: int, steps: int, tokens: float) -> float:
-        if steps < self.k_stable[i]:
-            lvl = _level(steps, self.quantum, self.n_levels) * _LEVEL + float(self.ctx.arrival[i])
+        if steps < self._k_stable[i]:
+            lvl = (bisect.bisect_right(self._starts, steps) - 1) * _LEVEL + self._arrival[i]
             return lvl + (4 * _LEVEL * self.n_levels if self.perceptible_first else 0.0)
-        total = float(self.ctx.output[i]) if self.oracle else float(self.ctx.pred[i])
+        total = self._out[i] if self.oracle else float(self.ctx.pred[i])
         L = max(total - tokens, 1.0)
         n = self.ctx.profile.n_draft
-        t = (n * L * self.t_draft + L * self.t_target) / (n * self.a_hat[i] + 1)
+        t = (n * L * self.t_draft + L * self.t_target) / (n * self._a_hat[i] + 1)
         return t + (0.0 if self.perceptible_first else 2 * _LEVEL * self.n_levels)
 
 
