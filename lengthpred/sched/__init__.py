@@ -7,9 +7,9 @@
 Modules: `hardware` (step-time cost model, profiles), `workload` (requests, arrivals, capacity),
 `predictors` (array / callable / online-adapted predictors), `policies` (registry POLICIES: fcfs, sjf,
 rank, srpt, oracle-sjf, oracle-srpt, mlfq/las, laps-sd), `simulator` (event-jump simulation), `runset`
-(the running batch: which request to preempt, from lazy heaps),
-`metrics`, `sources` (predictions.parquet, CASTILLO, synthetic, trace), `experiment` (grids and the
-results files; their schemas are in its docstring). Never imports torch.
+(the running batch and which request to preempt, in lazy heaps), `metrics`, `sources`
+(predictions.parquet, CASTILLO, synthetic, trace), `experiment` (grids and the results files; their
+schemas are in its docstring). Never imports torch.
 """
 
 from lengthpred.sched.hardware import HARDWARE, HardwareProfile, get_profile
