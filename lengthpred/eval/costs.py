@@ -39,10 +39,18 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.eval.timing import (
+    PREFILL,
+    _ms,
+    extraction_times,
+    overhead_pct,
+    per_request,
+    request_latencies,
+    rls_latencies,
+)
 
 log = logging.getLogger(__name__)
 CLOCKS = ("cpu", "wall")
-PREFILL = "prefill"
 LEARNED = "learned"  # pooling of heads that read token-level states (input kind `tokens`)
 PREFILL_KINDS = ("features", "tokens")  # head input kinds captured from the prefill
 
@@ -171,113 +179,6 @@ def capture_settings(base: Any, layer: int, pooling: str) -> Any:
     else:
         pools, fused = (pooling,), ()
     return dataclasses.replace(base, layers=(int(layer),), pools=pools, fused=fused, token_layers=tokens)
-
-
-# -- timing --------------------------------------------------------------------------------------------
-def _clock(kind: str) -> Callable[[], float]:
-    return time.process_time if kind == "cpu" else time.perf_counter
-
-
-def extraction_times(
-    model: Any,
-    seqs: Sequence[Sequence[int]],
-    variants: Mapping[str, Any],
-    *,
-    repeats: int,
-    clock: str = "cpu",
-    progress: bool = True,
-) -> dict[str, list[float]]:
-    """Seconds per repetition (summed over the prompts, one at a time) of a plain prefill (`prefill`: the
-    decoder forward, no LM head, no KV cache) and of each variant (FeatureSettings) captured from that same
-    forward; variants interleaved per repetition."""
-    import torch
-    from tqdm.auto import tqdm
-
-    from lengthpred.features.capture import PrefillCapture
-    from lengthpred.features.extract import Plan, extract_batch
-
-    plans = {k: Plan(s, model) for k, s in variants.items()}
-    batches = [
-        (torch.tensor([list(s)], dtype=torch.long), torch.ones((1, len(s)), dtype=torch.long)) for s in seqs
-    ]
-    now = _clock(clock)
-
-    def prefill_pass(todo: Sequence[tuple[Any, Any]] = batches) -> float:
-        # the decoder forward extract_batch runs, without capture hooks: the difference is the capture alone
-        t0 = now()
-        for ids, mask in todo:
-            pos = torch.arange(ids.shape[1])[None]
-            decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
-        return now() - t0
-
-    def capture_pass(plan: Any, todo: Sequence[tuple[Any, Any]] = batches) -> float:
-        with PrefillCapture(model, plan.hs_layers, plan.attn_layers, plan.settings.attn_chunk) as cap:
-            t0 = now()
-            for ids, mask in todo:
-                extract_batch(model, plan, cap, ids, mask)
-            return now() - t0
-
-    decoder = model.get_decoder()
-    out: dict[str, list[float]] = {PREFILL: [], **{k: [] for k in plans}}
-    steps = [(PREFILL, None), *plans.items()]
-    shortest = [min(batches, key=lambda b: b[0].shape[1])]
-    with torch.no_grad():
-        for _, plan in steps:  # warm-up on the shortest prompt: first calls allocate and pick kernels
-            prefill_pass(shortest) if plan is None else capture_pass(plan, shortest)
-        bar = tqdm(total=repeats * len(steps), desc="extraction overhead", unit="pass", disable=not progress)
-        for _ in range(repeats):
-            for name, plan in steps:
-                out[name].append(prefill_pass() if plan is None else capture_pass(plan))
-                bar.update(1)
-        bar.close()
-    return out
-
-
-def overhead_pct(times: Mapping[str, Sequence[float]]) -> dict[str, float]:
-    """100·(median(variant) / median(prefill) − 1) for every variant."""
-    base = statistics.median(times[PREFILL])
-    return {k: 100.0 * (statistics.median(v) / base - 1.0) for k, v in times.items() if k != PREFILL}
-
-
-def request_latencies(predict: Callable[[Any], Any], requests: Sequence[Any], repeats: int) -> list[float]:
-    """Wall seconds of `predict(request)` for every request, `repeats` passes, after one warm-up call."""
-    if not requests:
-        raise DataError("no requests to time")
-    predict(requests[0])
-    times = []
-    for _ in range(repeats):
-        for x in requests:
-            t0 = time.perf_counter()
-            predict(x)
-            times.append(time.perf_counter() - t0)
-    return times
-
-
-def per_request(x: Any) -> list[Any]:
-    """Batch-size-1 inputs: rows of a 2-D array, one-item lists of a list of texts."""
-    if isinstance(x, np.ndarray):
-        return [x[i : i + 1] for i in range(len(x))]
-    return [[v] for v in x]
-
-
-def _ms(times: Sequence[float]) -> tuple[float, float]:
-    return 1e3 * float(np.median(times)), 1e3 * float(np.percentile(times, 90))
-
-
-def rls_latencies(
-    X: np.ndarray, forgetting: float, repeats: int, *, alpha: float = 1.0, trace_cap: float | None = 10.0
-) -> tuple[list[float], list[float]]:
-    """(predict, update) wall seconds of an RLS readout on rows of X, one row per call. The readout is
-    fitted on X itself with placeholder lengths: neither cost depends on the values, only on d."""
-    from lengthpred.online.rls import RLSRegressor
-
-    X = np.asarray(X, dtype=np.float64)
-    y = 50.0 + np.arange(len(X), dtype=np.float64)
-    est = RLSRegressor(alpha, forgetting=forgetting, trace_cap=trace_cap).fit(X, y)
-    rows = per_request(X)
-    pred = request_latencies(est.predict, rows, repeats)
-    upd = request_latencies(lambda x: est.partial_fit(x, y[:1]), rows, repeats)
-    return pred, upd
 
 
 # -- the measurement -----------------------------------------------------------------------------------
