@@ -17,7 +17,9 @@ CONF_DIR = str(REPO_ROOT / "conf")
 def compose_cfg(overrides: list[str] | None = None, tmp_path: Path | None = None) -> DictConfig:
     """Compose the real config in-process with the logger off and outputs under tmp_path."""
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["logger=disabled", *(overrides or [])])
+        # the default token-level layer (20) is the embedded model's; the tiny model has hidden_states 0..4
+        tiny = ["features.token_layers=[]"] if "model=tiny" in (overrides or []) else []
+        cfg = compose(config_name="config", overrides=["logger=disabled", *tiny, *(overrides or [])])
     if tmp_path is not None:
         with open_dict(cfg):
             cfg.paths.output_dir = str(tmp_path)

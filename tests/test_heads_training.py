@@ -148,6 +148,7 @@ def trace_run(tmp_path_factory):
                 f"head={head}",
                 "features.pools=[last]",
                 "features.fused=[]",
+                "features.token_layers=[]",  # the default stores layer 20, which the tiny model lacks
                 *extra,
             ],
             tmp / f"run-{head}",
