@@ -289,7 +289,11 @@ def settings_from_cfg(cfg: Any) -> FeatureSettings:
         if gen.get("max_prompt_tokens") is not None:
             d["max_prompt_tokens"] = gen["max_prompt_tokens"]
         elif cfg.model.get("max_context") and gen.get("max_new_tokens"):
-            d["max_prompt_tokens"] = int(cfg.model.max_context) - int(gen["max_new_tokens"])
+            room = int(cfg.model.max_context) - int(gen["max_new_tokens"])
+            if room < 1:
+                raise ConfigError(f"model.max_context={cfg.model.max_context} leaves no prompt tokens after "
+                                  f"generate.max_new_tokens={gen['max_new_tokens']}; set features.max_prompt_tokens")
+            d["max_prompt_tokens"] = room
         elif cfg.model.get("max_context"):
             d["max_prompt_tokens"] = int(cfg.model.max_context)
     return FeatureSettings.from_cfg(d)

@@ -32,7 +32,7 @@ def build_tiny_llama(seed: int = 0, attn_implementation: str = "sdpa", vocab_siz
         num_hidden_layers=TINY_LAYERS,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=1024,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=2,
