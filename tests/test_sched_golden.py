@@ -1,7 +1,9 @@
 """The simulator pinned to saved outcomes: every policy, preemption mode, aging, cap and predictor kind.
 
 ``test_sched_golden.npz`` holds per-request times and counters computed at commit d922b19, before the
-running set moved from numpy slots (argmax over the batch) to lazy heaps; any change in a scheduling
+running set moved from numpy slots (argmax over the batch) to lazy heaps, and regenerated for the 25 cases of
+preemptive policies under a finite cap (>= 1) when a capped request stopped passing its eviction on to a
+better-ranked one (tests/test_sched_preempt_cap.py; the other 24 cases are bit-identical); any change in a scheduling
 decision (which request is admitted or preempted, and when) moves these times far beyond the tolerance.
 Regenerate only for an intended change of behaviour, and say so in the commit:
 
@@ -155,7 +157,8 @@ def test_the_pinned_cases_preempt_and_tie():
         assert z["small/fcfs|n_preempt"].sum() > 10  # FCFS preempts only under memory pressure
         for case in ("small/srpt", "small/oracle-srpt", "small/mlfq"):  # and priority preemption on top
             assert z[f"{case}/cap0|n_preempt"].sum() < z[f"{case}|n_preempt"].sum(), case
-        assert z["a100/srpt|n_preempt"].sum() > 100 and z["a100/mlfq|n_preempt"].sum() > 100
+        # 98 and 218 since a capped request's eviction no longer passes to a better-ranked one (was 523, 1555)
+        assert z["a100/srpt|n_preempt"].sum() > 50 and z["a100/mlfq|n_preempt"].sum() > 100
         assert z["spec/laps-sd|n_preempt"].sum() > 20 and z["spec/srpt|n_preempt"].sum() > 20
 
 

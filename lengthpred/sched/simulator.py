@@ -81,7 +81,8 @@ def simulate(
     """Serve `workload` on `profile` under `policy`; `predictor` gives lengths (array aligned with requests,
     or a `Predictor`). `aging` (key units per second waited) lowers a waiting request's key as it waits,
     a guard against starvation. `max_preemptions` caps how often a preemptive policy may evict one request
-    (TRAIL's limited preemption; None: no cap); memory pressure may still evict it. `predictor_cost` (s per request) adds to its prefill step (`sync`) or only
+    (TRAIL's limited preemption; None: no cap): a running request at its cap is not evicted for a better key,
+    and nothing else is evicted in its place (the waiting request waits); memory pressure may still evict it. `predictor_cost` (s per request) adds to its prefill step (`sync`) or only
     what the prefill does not hide (`async`). `horizon` (s) stops the run; default: run until all finish,
     or stop at the last arrival when the offered load is at or above capacity."""
     if preemption not in ("recompute", "swap"):
@@ -220,8 +221,11 @@ def simulate(
             if not preemptive or B == 0:
                 break
             ka = k - aging * t
-            wk, j = worst(G, t, True, ka)
-            if ka < wk:
+            # only the policy's own victim (the worst running key) may go; if it is at its cap the waiting
+            # request waits. Evicting the next-worst uncapped request instead would run a worse key ahead
+            # of a better one, and under MLFQ each evictee cascades into evicting another (#9 follow-up)
+            wk, j = worst(G, t, False, ka)
+            if ka < wk and npre[j] < limit:
                 preempt(j)
             else:
                 break
