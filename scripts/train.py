@@ -2,10 +2,12 @@
 
     .venv/bin/python scripts/train.py head=linear                     # LEAP readout on hs.L20.last
     .venv/bin/python scripts/train.py head=egtp head.layer=15         # any head of conf/head/
-    .venv/bin/python scripts/train.py -m head=constant,prompt_len,domain_median,linear,egtp,estp,probe
+    .venv/bin/python scripts/train.py -m head=constant,prompt_len,domain_median,linear,egtp,estp,estp_learned,probe
+    .venv/bin/python scripts/train.py head=linear cross_domain=false           # in-domain only (no per-pair fits)
     .venv/bin/python scripts/train.py head=linear data=trace data.train_path=log.jsonl   # your own trace
 
-Writes metrics.json, head/ (safetensors + json) and predictions.parquet into the run directory
+Writes metrics.json (in-domain, per domain, per cross-domain pair), head/ (safetensors + json) and
+predictions.parquet into the run directory
 (outputs/<experiment>/runs/<time>/). Features are extracted first when missing (cached by key).
 """
 
