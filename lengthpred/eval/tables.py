@@ -273,6 +273,7 @@ T5_METRICS = (
     "ttft_mean",
     "throughput",
     "preemptions",
+    "preempt_overhead",
     "max_wait",
 )
 _SCHED_UP = ("throughput", "n_finished")

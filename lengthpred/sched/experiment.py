@@ -17,7 +17,9 @@ Outputs (tidy; `load` is the offered load as a fraction of the server's capacity
 
 Metrics (``lengthpred.sched.metrics.summarize``): ``per_token_latency_{mean,p50,p99}`` (s/token),
 ``jct_{mean,p99}``, ``ttft_{mean,p99}`` (s), ``throughput`` (output tokens/s), ``preemptions``,
-``max_wait`` (s before first admission), ``n_finished``, ``n_rejected``, ``n_unfinished``.
+``preempt_overhead`` (share of the run spent re-prefilling or swapping preempted requests),
+``recompute_tokens``, ``max_wait`` (s before first admission), ``n_finished``, ``n_rejected``,
+``n_unfinished``.
 Predictor labels: a head's name, ``<head>+online`` (OnlineScaledPredictor over it), ``none`` for
 policies that use no prediction (FCFS, MLFQ), ``oracle`` for oracle policies.
 """

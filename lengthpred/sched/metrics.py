@@ -13,7 +13,8 @@ from lengthpred.sched.simulator import SimResult
 HIGHER_IS_BETTER = {
     "per_token_latency_mean": False, "per_token_latency_p50": False, "per_token_latency_p99": False,
     "jct_mean": False, "jct_p99": False, "ttft_mean": False, "ttft_p99": False,
-    "throughput": True, "preemptions": False, "max_wait": False,
+    "throughput": True, "preemptions": False, "preempt_overhead": False, "recompute_tokens": False,
+    "max_wait": False,
     "n_finished": True, "n_rejected": False, "n_unfinished": False,
 }
 
@@ -45,6 +46,9 @@ def summarize(res: SimResult, warmup: float = 0.0) -> dict[str, float]:
         "ttft_p99": q(ttft, 0.99),
         "throughput": float(res.output[res.finished].sum() / span) if span > 0 else math.nan,
         "preemptions": float(res.n_preempt.sum()),
+        # share of the run's span the server spent re-prefilling or swapping preempted requests
+        "preempt_overhead": float(res.preempt_seconds / span) if span > 0 else math.nan,
+        "recompute_tokens": float(res.recompute_tokens),
         "max_wait": float(waited.max()) if len(waited) else math.nan,
         "n_finished": float(res.finished.sum()),
         "n_rejected": float(res.rejected.sum()),

@@ -56,6 +56,8 @@ class SimResult:
     end_time: float
     n_events: int
     n_steps: int
+    recompute_tokens: int = 0  # prompt + generated tokens prefilled again after recompute preemptions
+    preempt_seconds: float = 0.0  # server time spent re-prefilling (recompute) or swapping KV (swap)
 
     @property
     def finished(self) -> np.ndarray:
@@ -140,11 +142,12 @@ def simulate(
     waiting: list[tuple[float, int, int]] = []
     comp: list[tuple[int, int, int]] = []
     t, G, S, R, B, extra = 0.0, 0, 0.0, 0.0, 0, 0.0
+    n_recompute, t_preempt = 0, 0.0
     ptr, seq, n_events, n_steps = 0, 0, 0, 0
     new_admits: list[int] = []
 
     def preempt(j: int) -> None:
-        nonlocal S, R, B, extra, seq
+        nonlocal S, R, B, extra, seq, t_preempt
         d = G - G0[j]
         steps0[j] += d
         tok0[j] += rate[j] * d
@@ -156,6 +159,7 @@ def simulate(
         npre[j] += 1
         if swap:
             extra += t_sw * (P[j] + tok0[j])
+            t_preempt += t_sw * (P[j] + tok0[j])
         k = wkey(j, steps0[j], tok0[j]) + aging * arr[j]
         heapq.heappush(waiting, (k, seq, j))
         seq += 1
@@ -205,6 +209,10 @@ def simulate(
                 if npre[i]:
                     if swap:
                         extra += t_sw * (P[i] + tok0[i])
+                        t_preempt += t_sw * (P[i] + tok0[i])
+                    else:
+                        n_recompute += pf
+                        t_preempt += t_pf * pf
                 else:
                     first_admit[i] = t
                     new_admits.append(i)
@@ -279,6 +287,8 @@ def simulate(
         end_time=t,
         n_events=n_events,
         n_steps=n_steps,
+        recompute_tokens=n_recompute,
+        preempt_seconds=t_preempt,
     )
 
 
