@@ -141,10 +141,11 @@ class BinnedMLPHead(BaseHead):
         self.x_scale_ = np.where(std > 1e-6, std, 1.0).astype(np.float32)
         torch.manual_seed(self.random_state)
         self.module_ = self._build(X.shape[1])
-        self.optimizer_ = torch.optim.AdamW(
-            self.module_.parameters(), lr=self.lr, weight_decay=self.weight_decay
-        )
+        self.optimizer_ = self._make_optimizer()
         self.n_epochs_ = 0
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.module_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
 
     def _build(self, d: int) -> nn.Sequential:
         hidden = self.hidden if self.hidden is not None else max(d // 2, 1)
@@ -216,9 +217,7 @@ class BinnedMLPHead(BaseHead):
             k.removeprefix("mlp."): torch.from_numpy(v) for k, v in arrays.items() if k.startswith("mlp.")
         }
         self.module_.load_state_dict(state)
-        self.optimizer_ = torch.optim.AdamW(
-            self.module_.parameters(), lr=self.lr, weight_decay=self.weight_decay
-        )
+        self.optimizer_ = self._make_optimizer()
 
     # The optimizer is pickled as its state dict: dill (imported by `datasets`) rewires pure-Python
     # picklers such as joblib's and cannot pickle torch.optim classes; the state dict is plain tensors.
@@ -235,9 +234,7 @@ class BinnedMLPHead(BaseHead):
         opt_state = state.pop("_optimizer_state", None)
         self.__dict__.update(state)
         if opt_state is not None:
-            self.optimizer_ = torch.optim.AdamW(
-                self.module_.parameters(), lr=self.lr, weight_decay=self.weight_decay
-            )
+            self.optimizer_ = self._make_optimizer()
             self.optimizer_.load_state_dict(opt_state)
 
     @property

@@ -212,10 +212,6 @@ class ESTPLearnedHead(BinnedMLPHead):
             {"params": fusion, "lr": self.fusion_lr, "weight_decay": 0.0},
         ])
 
-    def _init_state(self, X: np.ndarray, y: np.ndarray) -> None:
-        super()._init_state(X, y)
-        self.optimizer_ = self._make_optimizer()
-
     def _token_epoch(self, data: _Tokens, y: np.ndarray) -> None:
         self._train_epoch(len(data), y, lambda b: self.module_(*data.batch(b.tolist())))
 
@@ -239,27 +235,10 @@ class ESTPLearnedHead(BinnedMLPHead):
         check_is_fitted(self)
         return float(self.module_.log_temp.detach().exp())
 
-    # -- persistence: the binned heads' state (module_ includes θ, τ and the buffers) ---------------
-    def _set_state(self, arrays, meta, path):
-        super()._set_state(arrays, meta, path)
-        self.optimizer_ = self._make_optimizer()
-
-    def __setstate__(self, state: dict) -> None:
-        state = dict(state)
-        opt_state = state.pop("_optimizer_state", None)
-        self.__dict__.update(state)
-        if opt_state is not None:
-            self.optimizer_ = self._make_optimizer()
-            self.optimizer_.load_state_dict(opt_state)
-
+    # -- persistence: the binned heads' (module_ includes θ, τ and the buffers); α, β also in the json ----
     def _state(self):
         arrays, meta = super()._state()
         return arrays, meta | {"alpha": self.alpha_, "temperature": self.temperature_}
-
-    @property
-    def n_parameters(self) -> int:
-        check_is_fitted(self)
-        return int(sum(p.numel() for p in self.module_.parameters()))
 
 
 def _chunks(seq: Sequence[int] | range, n: int) -> list[list[int]]:
