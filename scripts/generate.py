@@ -31,7 +31,9 @@ def main(cfg: DictConfig) -> None:
         f"({s.new_tokens} tokens, {s.tokens_per_s:.1f} tok/s), {s.n_rejected} rejected, "
         f"{s.n_truncated} truncated; {'merged' if s.merged else 'not merged yet'} at {s.root}"
     )
-    if cfg.generate.get("export_reference") and s.merged:
+    if s.reference is not None:
+        print(f"generate: reference trace merged from its parts into {s.reference}")
+    elif cfg.generate.get("export_reference") and s.merged and not cfg.generate.get("commit_parts"):
         print(f"generate: reference trace written to {export_reference(cfg)}")
 
 

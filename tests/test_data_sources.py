@@ -9,6 +9,7 @@ import pytest
 from lengthpred.data import SOURCES
 from lengthpred.data.readers import BadInputLog
 from lengthpred.data.records import DOMAINS
+from lengthpred.data.serving_traces import COLUMNS, TRACES
 from lengthpred.data.sources import manifest_files
 from lengthpred.paths import default_datasets_root
 
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.skipif(not (ROOT / "MANIFEST.json").is_file(),
 
 def test_every_manifest_file_has_a_loader():
     covered = {f for name in SOURCES for f in SOURCES.get(name).files}
+    covered |= {f for name in TRACES for f in TRACES.get(name).files}
     assert set(manifest_files(ROOT)) - covered == set()
     assert covered - set(manifest_files(ROOT)) == set()
 
@@ -35,3 +37,13 @@ def test_source_loads(name):
         assert all(r["lengths"] and r["length_model"] for r in recs)
     if name.startswith("castillo"):
         assert all(len(r["lengths"]) == 10 for r in recs)
+
+
+@pytest.mark.parametrize("name", TRACES.names())
+def test_serving_trace_loads(name):
+    df = TRACES.get(name).load(ROOT)
+    assert list(df.columns) == list(COLUMNS)
+    assert len(df) > 1000
+    assert df["arrival_s"].iloc[0] == 0.0 and df["arrival_s"].is_monotonic_increasing
+    assert (df["prompt_tokens"] >= 1).all() and (df["output_tokens"] >= 1).all()
+    assert df["arrival_s"].iloc[-1] > 60  # real arrivals span minutes, not one burst

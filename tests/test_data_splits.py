@@ -64,3 +64,17 @@ def test_cross_pairs_remove_duplicates_across_train_and_test():
     assert chat[0]["id"] not in chat_to_math["train"] and removed == 1
     assert {p["name"] for p in pairs} == {"chat->math", "math->chat"}
     assert chat_to_math["shift"]["length_wasserstein"] >= 0
+
+
+def test_forelen_excludes_train_prompts():
+    from lengthpred.data.splits import cot_variants, forelen
+
+    math = _recs("gsm8k", "math", 20)
+    train = {r["id"] for r in math[:15]}
+    base = [r for r in math if r["id"] not in train]
+    cot = cot_variants(base, 5, 0, "Think.")
+    subsets = forelen(math, cot, {"longseq": 10, "rl": 10}, 0, exclude=train)
+    assert not (set(subsets["longseq"]) | set(subsets["rl"])) & train
+    assert len(subsets["rl"]) == 5 and len(subsets["reasoning"]) == 5
+    bases = {c["messages"][-1]["content"].removesuffix("\n\nThink.") for c in cot}
+    assert bases == {r["messages"][-1]["content"] for r in base}

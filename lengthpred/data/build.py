@@ -102,9 +102,14 @@ def build_from_sources(data_cfg: DictConfig) -> tuple[list[Record], dict[str, An
     indomain = {d: split_ids([r["id"] for r in recs], data_cfg.split, seed) for d, recs in selected.items()}
     flat = [r for recs in selected.values() for r in recs]
     fl = data_cfg.get("forelen", {})
+    # exclude_train: no subset prompt (nor a CoT variant's base prompt) is in any train split, so a
+    # subset scores prompts no head has seen (cross pairs train on unions of these same train splits)
+    train_ids = ({i for parts in indomain.values() for i in parts["train"]}
+                 if fl.get("exclude_train", False) else set())
     cot = []
     if fl.get("reasoning") != 0 and "math" in selected:
-        cot = cot_variants(selected["math"], fl.get("reasoning") or len(selected["math"]), seed,
+        base = [r for r in selected["math"] if r["id"] not in train_ids]
+        cot = cot_variants(base, fl.get("reasoning") or len(base), seed,
                            fl.get("cot_instruction", "Let's think step by step."))
     records = flat + [r for r in cot if r["id"] not in {x["id"] for x in flat}]
     by_id = {r["id"]: r for r in records}
@@ -112,7 +117,7 @@ def build_from_sources(data_cfg: DictConfig) -> tuple[list[Record], dict[str, An
     splits = {
         "indomain": indomain,
         "cross": pairs,
-        "forelen": forelen(flat, cot, fl, seed),
+        "forelen": forelen(flat, cot, fl, seed, exclude=train_ids),
         "meta": {
             "seed": seed,
             "counts": {d: len(v) for d, v in selected.items()},

@@ -112,9 +112,13 @@ def cot_variants(math_recs: Sequence[Record], k: int, seed: int, instruction: st
 
 
 def forelen(
-    selected: Sequence[Record], cot: Sequence[Record], cfg: Mapping[str, Any], seed: int
+    selected: Sequence[Record], cot: Sequence[Record], cfg: Mapping[str, Any], seed: int,
+    exclude: set[str] = frozenset(),
 ) -> dict[str, list[str]]:
-    """LongSeq (longest inputs), Reasoning (CoT variants), RL (math+code prompts for many samples)."""
+    """LongSeq (longest inputs), Reasoning (CoT variants), RL (math+code prompts for many samples).
+
+    `exclude`: ids (the train splits) no subset may contain, so a subset scores unseen prompts."""
+    selected = [r for r in selected if r["id"] not in exclude]
     longest = sorted(selected, key=lambda r: (-prompt_chars(r), r["id"]))
     n_long = cfg.get("longseq")
     longseq = sorted(r["id"] for r in (longest if n_long is None else longest[:n_long]))

@@ -11,10 +11,16 @@ import logging
 from pathlib import Path
 
 from lengthpred.errors import DataError
+from lengthpred.generate import reference_parts, store
 from lengthpred.generate.backends import BACKENDS, VLLM_MISSING, Sample, split_answer
 from lengthpred.generate.runner import RunSummary, run_generation, try_merge
 from lengthpred.generate.settings import GenerationSettings
 from lengthpred.paths import resolve
+
+
+def reference_path(cfg) -> Path:
+    """`<data_dir>/reference/<model>/<data>.jsonl`: the committed trace of a composed config."""
+    return resolve(cfg.paths.data_dir) / "reference" / cfg.model.name / f"{cfg.data.name}.jsonl"
 
 __all__ = [
     "BACKENDS", "GenerationSettings", "RunSummary", "Sample", "VLLM_MISSING", "generate_from_cfg",
@@ -62,8 +68,35 @@ def generate_from_cfg(cfg, prompts=None, *, model=None, tokenizer=None, progress
     backend, tokenizer, ctx = make_backend(settings, spec, model=model, tokenizer=tokenizer, device=cfg.device)
     root = generations_dir(cfg, settings)
     manifest = {"model": spec.name, "data": cfg.data.name, "dtype": spec.dtype, "max_context": ctx}
-    return run_generation(prompts, backend, tokenizer, settings, root, max_context=ctx,
-                          shard=parse_shard(cfg.shard), manifest=manifest, progress=progress)
+    skip, on_part = None, None
+    if cfg.generate.get("commit_parts"):
+        folder = reference_parts.parts_dir(reference_path(cfg))
+        skip = reference_parts.done_ids(folder, settings.hashed())
+        part_meta = {**manifest, "settings": settings.hashed(), "settings_hash": settings.settings_hash()}
+
+        def on_part(rows):
+            reference_parts.write_part(rows, folder, part_meta)
+
+    summary = run_generation(prompts, backend, tokenizer, settings, root, max_context=ctx,
+                             shard=parse_shard(cfg.shard), manifest=manifest, progress=progress,
+                             skip=skip, on_part=on_part)
+    if cfg.generate.get("commit_parts"):
+        summary.reference = merge_committed_parts(cfg, prompts, settings, manifest)
+    return summary
+
+
+def merge_committed_parts(cfg, prompts, settings: GenerationSettings, manifest: dict) -> Path | None:
+    """The whole reference trace from its committed parts once they cover every prompt of the set
+    (none rejected); None while prompts are missing."""
+    folder = reference_parts.parts_dir(reference_path(cfg))
+    rejected = store.rejected(generations_dir(cfg, settings))
+    expected = [i for i in prompts["id"] if i not in rejected]
+    missing = set(expected) - reference_parts.done_ids(folder, settings.hashed())
+    if missing:
+        log.info("reference parts: %d of %d prompts still to generate", len(missing), len(expected))
+        return None
+    meta = {**manifest, "settings_hash": settings.settings_hash(), "rejected": rejected}
+    return reference_parts.merge_parts(folder, expected, settings.hashed(), reference_path(cfg), meta)
 
 
 def load_generations(where):

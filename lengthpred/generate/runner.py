@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +39,7 @@ class RunSummary:
     new_tokens: int
     seconds: float
     merged: bool
+    reference: Path | None = None  # the whole committed trace, once its parts cover the prompt set
 
     @property
     def tokens_per_s(self) -> float:
@@ -106,12 +107,17 @@ def run_generation(
     shard: tuple[int, int] = (0, 1),
     manifest: dict | None = None,
     progress: bool = True,
+    skip: set[str] | None = None,
+    on_part: Callable[[list[dict]], None] | None = None,
 ) -> RunSummary:
     """Generate `settings.num_samples` answers for every prompt of this shard not already on disk.
 
     Parts are fixed chunks of the shard's id-sorted prompts, each seeded from the run seed and its ids,
     so a rerun after a crash regenerates exactly the missing parts and (for a deterministic backend)
     ends with the same rows as an uninterrupted run. Merges when every shard of `n` is complete.
+    `skip`: prompts already generated elsewhere (a committed reference part); `on_part(rows)` is called
+    after each part is written. A backend with `stream` and `settings.in_flight > 0` keeps that many
+    prompts in flight across parts and writes each part when its last prompt finishes.
     """
     root = Path(root)
     max_prompt = settings.max_prompt_tokens or max_context - settings.max_new_tokens
@@ -128,31 +134,49 @@ def run_generation(
     store.write_json_atomic(sdir / "rejected.json", enc.rejected)
     for stale in sdir.glob("*.tmp"):
         stale.unlink()  # a part interrupted mid-write
-    done = store.done_ids(sdir)
-    todo = [c for c in _chunks(enc.ids, settings.batch_size) if not set(c) <= done]
-    n_answers = sum(len([i for i in c if i not in done]) for c in todo) * settings.num_samples
+    done = store.done_ids(sdir) | set(skip or ())
+    todo = [[i for i in c if i not in done] for c in _chunks(enc.ids, settings.batch_size)]
+    todo = [c for c in todo if c]
+    n_answers = sum(len(c) for c in todo) * settings.num_samples
     bar = tqdm(total=n_answers, unit="ans", desc=f"generate {settings.backend} shard {shard[0]}/{shard[1]}",
                disable=not progress, dynamic_ncols=True)
     new_tokens, t0, generated = 0, time.perf_counter(), 0
-    for chunk in todo:
-        chunk = [i for i in chunk if i not in done]  # only differs when the prompt set changed
+
+    def write(chunk: list[str], answers: list[list]) -> None:
+        nonlocal new_tokens, generated
         h = hashlib.sha1(",".join(chunk).encode()).hexdigest()[:8]
         k = enc.ids.index(chunk[0]) // settings.batch_size
-        answers = backend.generate([enc.tokens[i] for i in chunk], chunk, derive_seed(settings.seed, h))
         rows = []
         for pid, samples in zip(chunk, answers, strict=True):
-            for j, s in enumerate(samples):
+            for j, smp in enumerate(samples):
                 rows.append(dict(
-                    id=pid, sample=j, length=len(s.token_ids), finish_reason=s.finish_reason,
-                    text=tokenizer.decode(s.token_ids, skip_special_tokens=False),
-                    prompt_tokens=len(enc.tokens[pid]), truncated=pid in enc.truncated, token_ids=s.token_ids,
+                    id=pid, sample=j, length=len(smp.token_ids), finish_reason=smp.finish_reason,
+                    text=tokenizer.decode(smp.token_ids, skip_special_tokens=False),
+                    prompt_tokens=len(enc.tokens[pid]), truncated=pid in enc.truncated, token_ids=smp.token_ids,
                 ))
         store.write_part(sdir / f"part-{k:05d}-{h}.parquet", rows)
+        if on_part is not None:
+            on_part(rows)
         generated += len(chunk)
         new_tokens += sum(r["length"] for r in rows)
-        dt = time.perf_counter() - t0
         bar.update(len(rows))
-        bar.set_postfix_str(f"{new_tokens / dt:.1f} tok/s")
+        bar.set_postfix_str(f"{new_tokens / (time.perf_counter() - t0):.1f} tok/s")
+
+    if settings.in_flight > 0 and hasattr(backend, "stream"):
+        part_of = {pid: c for c, chunk in enumerate(todo) for pid in chunk}
+        waiting = [set(chunk) for chunk in todo]
+        got: dict[str, list] = {}
+        items = ((pid, enc.tokens[pid]) for chunk in todo for pid in chunk)
+        for pid, samples in backend.stream(items, settings.in_flight):
+            got[pid] = samples
+            c = part_of[pid]
+            waiting[c].discard(pid)
+            if not waiting[c]:
+                write(todo[c], [got.pop(i) for i in todo[c]])
+    else:
+        for chunk in todo:
+            h = hashlib.sha1(",".join(chunk).encode()).hexdigest()[:8]
+            write(chunk, backend.generate([enc.tokens[i] for i in chunk], chunk, derive_seed(settings.seed, h)))
     bar.close()
     seconds = time.perf_counter() - t0
     merged = try_merge(prompts, root, settings, shard[1])

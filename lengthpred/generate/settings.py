@@ -13,7 +13,7 @@ from lengthpred.errors import ConfigError
 
 BACKEND_NAMES = ("cb", "static", "vllm")
 OVERFLOWS = ("reject", "truncate")
-NOT_SETTINGS = ("targets", "export_reference")  # keys of conf/generate that are read elsewhere
+NOT_SETTINGS = ("targets", "export_reference", "commit_parts")  # keys of conf/generate that are read elsewhere
 # fields that change what is generated: they form the settings hash (and so the output folder)
 HASHED = (
     "backend", "num_samples", "temperature", "top_p", "top_k", "repetition_penalty",
@@ -37,6 +37,10 @@ class GenerationSettings:
     overflow: str = "truncate"  # over-long prompt: reject (skipped, counted) or truncate (counted)
     batch_size: int = 16  # prompts per part file: a crash loses at most one part
     limit: int | None = None  # only the first `limit` prompts of the id-sorted set (a live slice)
+    # streaming backends (vllm): prompts kept in the engine at once, so its batch stays full across part
+    # boundaries; 0 = one engine call per part (the batch drains at the end of every part)
+    in_flight: int = 0
+    engine_args: dict | None = None  # extra engine keyword arguments (vllm: max_num_seqs, enforce_eager, ...)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_NAMES:
@@ -49,6 +53,8 @@ class GenerationSettings:
             raise ConfigError("generate: need temperature >= 0, 0 < top_p <= 1, top_k >= 0")
         if self.num_samples > 1 and self.temperature == 0:
             raise ConfigError("generate.num_samples > 1 with temperature 0 gives identical samples")
+        if self.in_flight < 0:
+            raise ConfigError("generate.in_flight must be >= 0")
         if self.limit is not None and self.limit < 1:
             raise ConfigError("generate.limit must be >= 1 or null")
 
@@ -60,6 +66,8 @@ class GenerationSettings:
         unknown = sorted(set(d) - names)
         if unknown:
             raise ConfigError(f"generate: unknown keys {unknown}; known: {sorted(names)}")
+        if d.get("engine_args") is not None:
+            d["engine_args"] = dict(d["engine_args"])
         return cls(**d)
 
     @property
