@@ -25,6 +25,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) scripts/demo.py experiment=demo
 
+# The evidence run: every stage on the committed bench trace (2,440 prompts x 3 samples), no generation.
+bench: setup
+	$(PY) scripts/demo.py experiment=bench
+
 # Every stage at paper scale, then all tables. Reuses cached stages.
 paper: setup
 	$(PY) scripts/demo.py experiment=paper

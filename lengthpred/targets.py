@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.generate.reference_parts import settings_mismatch
 from lengthpred.paths import resolve
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ def read_reference(path: Path) -> tuple[pd.DataFrame, dict]:
         raise DataError(f"{path}: first line must be {{\"meta\": ...}}")
     meta = json.loads(lines[0])["meta"]
     rows = pd.DataFrame([json.loads(line) for line in lines[1:] if line.strip()])
+    if meta.get("n_rows") is not None and len(rows) != meta["n_rows"]:
+        raise DataError(f"{path}: {len(rows)} rows but its meta says {meta['n_rows']} (truncated trace?)")
     return rows, meta
 
 
@@ -131,10 +134,10 @@ def load_targets(cfg, statistic: str | None = None) -> pd.DataFrame:
         rows, meta = read_reference(path)
         meta = meta.get("settings", meta)
         source = str(path)
-        differ = {k: (meta.get(k), v) for k, v in settings.hashed().items()
-                  if k not in ("backend", "batch_size") and meta.get(k) != v}
-        if differ:
-            log.warning("reference trace settings differ from generate config (reference, config): %s", differ)
+        why = settings_mismatch(meta, settings.hashed())
+        if why:
+            raise ConfigError(f"{path}: the reference trace's settings differ from the generate config: {why} "
+                              "(set generate.* to the trace's settings, or generate targets for yours)")
     else:
         raise DataError(f"no merged generations at {root} and generate.targets.use_reference is false")
     cap = int(meta["max_new_tokens"])

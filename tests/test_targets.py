@@ -81,6 +81,9 @@ def test_load_targets_prefers_merged_generations_and_falls_back_to_the_reference
     cfg = _cfg(tmp_path, "generate.backend=static", "generate.num_samples=2", "generate.max_new_tokens=8")
     ref_rows = ROWS.assign(length=[3, 4, 8, 5, 6, 7], finish_reason=["eos", "eos", "length", "eos", "eos", "eos"])
     write_reference(ref_rows, reference_path(cfg), {"settings": {"max_new_tokens": 8, "num_samples": 3}})
+    with pytest.raises(ConfigError, match="num_samples=3 in the trace but 2"):
+        load_targets(cfg)  # a trace made with other settings is refused, naming the setting
+    write_reference(ref_rows, reference_path(cfg), {"settings": {"max_new_tokens": 8, "num_samples": 2}})
     t = load_targets(cfg)
     assert t.attrs["source"].endswith("tiny/demo.jsonl") and t.loc["a", "n_capped"] == 1
     prompts = datasets.Dataset.from_dict({"id": ["a", "b"], "messages": [
@@ -94,7 +97,7 @@ def test_load_targets_prefers_merged_generations_and_falls_back_to_the_reference
         cfg.generate.max_new_tokens = 9
     with pytest.raises(DataError, match="no merged generations"):
         load_targets(cfg)
-    assert json.loads(reference_path(cfg).read_text().splitlines()[0])["meta"]["settings"]["num_samples"] == 3
+    assert json.loads(reference_path(cfg).read_text().splitlines()[0])["meta"]["settings"]["num_samples"] == 2
 
 
 def test_partial_export_keeps_only_complete_prompts(tmp_path, tiny_model, tokenizer):
@@ -113,3 +116,10 @@ def test_partial_export_keeps_only_complete_prompts(tmp_path, tiny_model, tokeni
     rows, meta = read_reference(export_reference(cfg, allow_partial=True))
     assert meta["partial"] and sorted(rows["id"].unique()) == ["a", "c"] and meta["n_prompts"] == 2
     assert set(rows["sample"]) == set(range(int(cfg.generate.num_samples)))
+
+
+def test_truncated_reference_trace_is_refused(tmp_path):
+    path = write_reference(ROWS, tmp_path / "t.jsonl", {"n_rows": len(ROWS), "settings": {}})
+    path.write_text("\n".join(path.read_text().splitlines()[:-2]) + "\n")
+    with pytest.raises(DataError, match="truncated"):
+        read_reference(path)

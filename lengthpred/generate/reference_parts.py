@@ -40,8 +40,9 @@ def ids_hash(ids: Iterable[str]) -> str:
 
 
 def settings_mismatch(have: Mapping[str, Any], want: Mapping[str, Any]) -> str | None:
-    """A one-line description of the first setting that differs (None when they agree)."""
-    for k in sorted(set(have) | set(want)):
+    """A one-line description of the first setting the trace (`have`) states differently from the config
+    (`want`); None when they agree. Settings the trace does not state are not compared."""
+    for k in sorted(have):
         if k in IGNORED_SETTINGS:
             continue
         if have.get(k) != want.get(k):
