@@ -14,26 +14,53 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from lengthpred.eval.results import as_float  # noqa: E402
 from lengthpred.eval.tables import parse_split  # noqa: E402
 
 _PNG_META = {"Software": None}
+MAX_SERIES = 8  # lines or point groups per panel: more cannot be told apart (tab10 has 10 colours)
 
 
-def _grid(n: int, size: float = 3.2) -> tuple[plt.Figure, np.ndarray]:
-    cols = min(n, 3)
+def _grid(n: int, size: float = 3.2, cols: int = 3) -> tuple[plt.Figure, np.ndarray]:
+    cols = min(n, cols)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 1.6, size * rows), squeeze=False,
+                             layout="constrained")
     for ax in axes.ravel()[n:]:
         ax.set_visible(False)
     return fig, axes.ravel()
 
 
+def plain_log_axis(axis) -> None:
+    """Log-axis ticks as plain numbers at 1-2-5 steps (no 2×10² labels running into each other)."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def legend_outside(fig: plt.Figure, axes, title: str | None = None) -> None:
+    """One legend for the figure, right of the panels (never over the data), from every panel's labels."""
+    seen: dict[str, object] = {}
+    for ax in np.ravel(axes):
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=7, title=title,
+                   title_fontsize=7, frameon=False)
+
+
+def first_series(names, k: int = MAX_SERIES) -> list:
+    """At most k series (in the given order), so no colour repeats within a panel."""
+    return list(names)[:k]
+
+
 def _save(fig: plt.Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(path, dpi=110, metadata=_PNG_META)
     plt.close(fig)
     return path
@@ -65,7 +92,10 @@ def scatter_pred_true(preds: pd.DataFrame, path: str | Path, split_kind: str = "
             xlabel="true length (tokens)",
             ylabel="predicted (tokens)",
         )
-    axes[0].legend(fontsize=6, loc="upper left")
+        plain_log_axis(ax.xaxis)
+        plain_log_axis(ax.yaxis)
+        ax.tick_params(axis="x", labelrotation=45)
+    legend_outside(fig, axes, "domain")
     return _save(fig, path)
 
 
@@ -121,25 +151,45 @@ def adaptation_curves(curves: pd.DataFrame, path: str | Path, metric: str = "tes
     fig, axes = _grid(len(pairs), 3.6)
     for ax, pair in zip(axes, pairs, strict=False):
         g = curves[curves["pair"] == pair]
-        for h in sorted(g["head"].unique()):
+        for h in first_series(sorted(curves["head"].unique())):
             gh = g[g["head"] == h].sort_values("n_updates")
             ax.plot(gh["n_updates"], gh[metric], label=h, lw=1.2)
         ax.set(title=str(pair), xlabel="completed requests (updates)", ylabel=metric)
-    axes[0].legend(fontsize=6)
+    legend_outside(fig, axes, "head")
     return _save(fig, path)
 
 
-def latency_cdfs(lat: pd.DataFrame, path: str | Path) -> Path | None:
-    """Empirical CDF of per-token latency, one panel per load, a line per policy/predictor."""
+def _cdf(ax, values, **kw) -> None:
+    x = np.sort(np.asarray(values, dtype=float))
+    ax.plot(x, np.arange(1, x.size + 1) / x.size, **kw)
+
+
+def latency_cdfs(lat: pd.DataFrame, path: str | Path, baseline: str = "fcfs") -> Path | None:
+    """Empirical CDFs of per-token latency: a row of panels per load, a panel per policy (split into
+    panels of at most 7 predictors), the `baseline` policy dashed in every panel for reference."""
     loads = sorted(lat["load"].unique())
     if not loads:
         return None
-    fig, axes = _grid(len(loads), 3.6)
-    for ax, load in zip(axes, loads, strict=False):
+    panels = []  # (load, policy, predictors)
+    for load in loads:
         g = lat[lat["load"] == load]
-        for (pol, pred), gp in sorted(g.groupby(["policy", "predictor"]), key=lambda kv: kv[0]):
-            x = np.sort(gp["latency"].to_numpy(dtype=float))
-            ax.plot(x, np.arange(1, x.size + 1) / x.size, label=f"{pol}/{pred}", lw=1.1)
-        ax.set(xscale="log", title=f"load {load:g}", xlabel="per-token latency (s)", ylabel="CDF")
-    axes[0].legend(fontsize=6)
+        for pol in sorted(set(g["policy"]) - {baseline}):
+            preds = sorted(g.loc[g["policy"] == pol, "predictor"].unique())
+            for k in range(0, len(preds), MAX_SERIES - 1):
+                panels.append((load, pol, preds[k : k + MAX_SERIES - 1]))
+    if not panels:
+        panels = [(load, baseline, []) for load in loads]
+    cols = max(1, len(panels) // len(loads))
+    fig, axes = _grid(len(panels), 3.4, cols=cols)
+    for ax, (load, pol, preds) in zip(axes, panels, strict=False):
+        g = lat[lat["load"] == load]
+        base = g[g["policy"] == baseline]
+        if len(base):
+            _cdf(ax, base["latency"], color="k", ls="--", lw=1.0, label=baseline)
+        for pred in preds:
+            _cdf(ax, g.loc[(g["policy"] == pol) & (g["predictor"] == pred), "latency"], lw=1.1, label=pred)
+        ax.set(xscale="log", title=f"{pol}, load {load:g}", xlabel="per-token latency (s)", ylabel="CDF")
+        plain_log_axis(ax.xaxis)
+        ax.tick_params(axis="x", labelrotation=45)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return _save(fig, path)
