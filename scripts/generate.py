@@ -31,6 +31,9 @@ def main(cfg: DictConfig) -> None:
         f"({s.new_tokens} tokens, {s.tokens_per_s:.1f} tok/s), {s.n_rejected} rejected, "
         f"{s.n_truncated} truncated; {'merged' if s.merged else 'not merged yet'} at {s.root}"
     )
+    for what, counts in (("rejected", s.rejected_by_domain), ("truncated", s.truncated_by_domain)):
+        if counts:
+            print(f"generate: {what} per domain: " + ", ".join(f"{d} {n}" for d, n in sorted(counts.items())))
     if s.reference is not None:
         print(f"generate: reference trace merged from its parts into {s.reference}")
     elif cfg.generate.get("export_reference") and s.merged and not cfg.generate.get("commit_parts"):

@@ -140,8 +140,10 @@ def test_merge_refuses_duplicates(tmp_path, tiny_model, tokenizer):
 def test_empty_and_overlong_prompts_are_counted_not_lost(tmp_path, tiny_model, tokenizer):
     long_text = "word " * 600
     prompts = _prompts(3, extra=[("e" * 16, "   "), ("f" * 16, long_text)])
+    prompts = prompts.add_column("domain", ["chat", "code", "code", "qa", "code"])
     rej = _run(tmp_path / "reject", tiny_model, tokenizer, prompts=prompts, overflow="reject")
     assert rej.n_rejected == 2 and rej.merged
+    assert rej.rejected_by_domain == {"qa": 1, "code": 1}
     reasons = json.loads((tmp_path / "reject" / "manifest.json").read_text())["rejected"]
     assert "empty prompt" in reasons["e" * 16] and "max_prompt_tokens" in reasons["f" * 16]
     trunc = _run(tmp_path / "trunc", tiny_model, tokenizer, prompts=prompts, overflow="truncate")

@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,8 @@ class RunSummary:
     seconds: float
     merged: bool
     reference: Path | None = None  # the whole committed trace, once its parts cover the prompt set
+    rejected_by_domain: dict[str, int] = field(default_factory=dict)  # prompts the model could not take
+    truncated_by_domain: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -180,8 +183,10 @@ def run_generation(
     bar.close()
     seconds = time.perf_counter() - t0
     merged = try_merge(prompts, root, settings, shard[1])
+    domain = dict(zip(prompts["id"], prompts["domain"], strict=True)) if "domain" in prompts.column_names else {}
     return RunSummary(root, len(ids), generated, len(enc.rejected), len(enc.truncated), new_tokens, seconds,
-                      merged)
+                      merged, rejected_by_domain=dict(Counter(domain.get(i, "?") for i in enc.rejected)),
+                      truncated_by_domain=dict(Counter(domain.get(i, "?") for i in enc.truncated)))
 
 
 def try_merge(prompts, root: Path, settings: GenerationSettings, n_shards: int) -> bool:
