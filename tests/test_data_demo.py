@@ -10,8 +10,9 @@ from lengthpred.data.build import build_from_sources
 from lengthpred.paths import default_datasets_root
 from tests.conftest import compose_cfg
 
-# sha1 of the comma-joined sorted ids of data=demo (360 prompts + 24 chain-of-thought variants)
-DEMO_IDS_SHA1 = "d7c0f4a9fa7a7e271035c25f831023b7a691d32c"
+# sha1 of the comma-joined sorted ids of data=demo (360 prompts; its CoT variants left with the ForeLen
+# leak fix: every one of them is in the committed reference trace)
+DEMO_IDS_SHA1 = "45e073af29e400ba628ef6a38459b3d8c6fd9476"
 
 needs_data = pytest.mark.skipif(not (default_datasets_root() / "MANIFEST.json").is_file(),
                                 reason="datasets not present (run scripts/fetch_datasets.py)")
@@ -27,7 +28,7 @@ def demo(tmp_path_factory):
 def test_demo_selection_is_frozen(demo):
     records, splits = demo
     ids = sorted(r["id"] for r in records)
-    assert len(ids) == 384 == len(set(ids))
+    assert len(ids) == 360 == len(set(ids))
     assert hashlib.sha1(",".join(ids).encode()).hexdigest() == DEMO_IDS_SHA1
 
 
@@ -40,4 +41,31 @@ def test_demo_splits_shape(demo):
         assert not set(parts["train"]) & set(parts["test"])
     assert len(splits["cross"]) == 6 * 6  # 5 single sources + the mix, per target
     assert all(p["shift"]["length_wasserstein"] >= 0 for p in splits["cross"])
-    assert len(splits["forelen"]["reasoning"]) == 24
+    train = {i for parts in splits["indomain"].values() for i in parts["train"]}
+    assert splits["forelen"]["reasoning"] == []
+    for name in ("longseq", "rl"):
+        assert len(splits["forelen"][name]) == 30 and not set(splits["forelen"][name]) & train
+
+
+# sha1 of the sorted ids of data=bench (6 x 400 prompts + 40 CoT variants of val/test math prompts): the
+# committed trace data/reference/smollm2-135m/bench.jsonl is keyed by them
+BENCH_IDS_SHA1 = "a1260ba7a6d1a5103ad37112c4a13f967445f9f8"
+
+
+@needs_data
+def test_bench_selection_is_frozen_and_contains_the_demo(demo, tmp_path):
+    records, splits = build_from_sources(compose_cfg(["data=bench"], tmp_path).data)
+    ids = sorted(r["id"] for r in records)
+    assert len(ids) == 2440 and hashlib.sha1(",".join(ids).encode()).hexdigest() == BENCH_IDS_SHA1
+    assert {r["id"] for r in demo[0]} <= set(ids)  # the demo's trace rows serve bench too
+    for parts in splits["indomain"].values():
+        assert [len(parts[k]) for k in ("train", "val", "test")] == [240, 80, 80]
+    train = {i for parts in splits["indomain"].values() for i in parts["train"]}
+    for pair in splits["cross"]:
+        assert len(pair["test"]) == 80 and not set(pair["train"]) & set(pair["test"])
+    by_id = {r["id"]: r for r in records}
+    train_texts = {by_id[i]["messages"][-1]["content"] for i in train}
+    for name, sub in splits["forelen"].items():
+        assert len(sub) >= 30 and not set(sub) & train, name
+    for i in splits["forelen"]["reasoning"]:  # no CoT variant of a train prompt
+        assert by_id[i]["messages"][-1]["content"].rsplit("\n\n", 1)[0] not in train_texts
