@@ -21,8 +21,10 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.errors import LengthpredError
+from lengthpred.eval.inputs import read_sched
 from lengthpred.paths import REPO_ROOT, default_datasets_root
 from lengthpred.pipeline import run_stage, source_hash
+from lengthpred.sched.summary import short_t5
 
 
 def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
@@ -48,29 +50,21 @@ def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
     ]
 
 
-def print_summary(tables_dir: Path, names: list[str]) -> None:
+def print_summary(tables_dir: Path, names: list[str], sched_dir: Path | None = None) -> None:
     """Print the headline tables from their files, so a cached rerun shows them too."""
     for name in names:
         md = tables_dir / f"{name}.md"
         if md.is_file():
             print("\n" + md.read_text().strip())
-    t5 = tables_dir / "T5.csv"
-    if t5.is_file():
-        print("\n" + t5_summary(t5))
+    if sched_dir is not None and (sched_dir / "sched_results.csv").is_file():
+        print("\n" + t5_summary(sched_dir))
 
 
-def t5_summary(path: Path) -> str:
-    """T5 at the highest simulated load: FCFS vs predicted SJF per head vs the oracle."""
-    import pandas as pd
-
-    t = pd.read_csv(path)
-    load = t["Load"].max()
-    t = t[(t["Load"] == load) & t["Policy"].isin(["fcfs", "sjf", "oracle-sjf"])]
-    gain = "Gain vs FCFS (per_token_latency_mean)"
-    cols = {"Policy": "policy", "Predictor": "predictor", "per_token_latency_mean": "s/token ↓",
-            gain: "gain vs FCFS % ↑", "Share of oracle gain": "share of oracle gain %"}
-    out = t[list(cols)].rename(columns=cols).round(3)
-    return f"**T5 (short). Mean per-token latency at load {load}**\n\n" + out.to_string(index=False)
+def t5_summary(sched_dir: Path) -> str:
+    """T5 at the highest load below capacity, from the simulate stage's tidy results (sched_results.csv,
+    sched_gains.csv): FCFS, the clairvoyant and mean oracles, and SJF on every head."""
+    gains = sched_dir / "sched_gains.csv"
+    return short_t5(read_sched(sched_dir / "sched_results.csv"), read_sched(gains) if gains.is_file() else None)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -94,7 +88,7 @@ def main(cfg: DictConfig) -> None:
                 raise LengthpredError(f"stage {name} failed (exit {r.returncode}): {' '.join(cmd[1:])}")
 
         run_stage(name, out, key, run, force=bool(cfg.pipeline.force))
-    print_summary(Path(cfg.eval.tables_dir), cfg.pipeline.print_tables)
+    print_summary(Path(cfg.eval.tables_dir), cfg.pipeline.print_tables, exp_dir / "simulate")
     print(f"\nAll stages done. Tables and plots: {exp_dir / 'tables'}; runs: {exp_dir}; W&B offline: outputs/wandb")
 
 

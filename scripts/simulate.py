@@ -6,6 +6,10 @@
 
 Writes into the run dir (schemas in lengthpred/sched/experiment.py): sched_runs.csv, sched_results.csv,
 sched_gains.csv, sched_latencies.parquet, latency_vs_load.png, sched.json; prints a small T5.
+
+A predictions source takes each prompt's sampled lengths and prompt token count from the same targets the
+heads were fitted on (the merged generations, else the committed reference trace): every simulated request
+draws one sampled length. `sched.source.samples=false` falls back to each prompt's y_true (a smoothed truth).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 from pathlib import Path
 
 import hydra
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.cli import stage
@@ -27,7 +32,30 @@ from lengthpred.tracking import Tracker, tracked
 log = logging.getLogger("lengthpred")
 
 
-def load_source(sc: DictConfig, seed: int) -> sources.LengthSource:
+def request_targets(cfg: DictConfig) -> tuple[dict[str, list[int]], dict[str, int] | None]:
+    """Each prompt's sampled lengths (capped ones as the cap) and prompt token count, from the targets of
+    `lengthpred.targets.load_targets` (merged generations, else the reference trace); counts are None when
+    that source does not record them."""
+    from lengthpred.targets import load_targets, read_reference
+
+    targets = load_targets(cfg)
+    samples = {str(i): [int(x) for x in v] for i, v in targets["lengths"].items()}
+    where = Path(targets.attrs["source"])
+    if where.is_file():
+        rows = read_reference(where)[0]
+    else:
+        from lengthpred.generate import load_generations
+
+        rows = load_generations(where).to_pandas()
+    if "prompt_tokens" not in rows.columns:
+        log.warning("%s records no prompt token counts", where)
+        return samples, None
+    tokens = rows.groupby(rows["id"].astype(str))["prompt_tokens"].first()  # the same for every sample
+    return samples, {str(i): int(n) for i, n in tokens.items()}
+
+
+def load_source(cfg: DictConfig) -> sources.LengthSource:
+    sc, seed = cfg.sched, cfg.seed
     s = sc.source
     kind = s.kind
     if kind == "auto":
@@ -36,11 +64,13 @@ def load_source(sc: DictConfig, seed: int) -> sources.LengthSource:
         kind = "predictions" if has else "castillo"
         log.info("sched.source.kind=auto → %s", kind)
     if kind == "predictions":
+        samples, tokens = request_targets(cfg) if s.samples else (None, None)
         return sources.from_predictions(
             s.predictions_path,
             split=s.split,
             heads=list(s.heads) if s.heads else None,
-            prompt_tokens=s.prompt_tokens,
+            prompt_tokens=tokens if tokens is not None else s.prompt_tokens,
+            samples=samples,
         )
     if kind == "castillo":
         return sources.from_castillo(
@@ -57,6 +87,8 @@ def load_source(sc: DictConfig, seed: int) -> sources.LengthSource:
             sigma=s.synthetic_sigma,
             prompt_tokens=s.prompt_tokens,
             noisy_spearman=list(s.noisy_spearman),
+            n_samples=s.synthetic_samples,
+            sample_sigma=s.synthetic_sample_sigma,
             seed=seed,
         )
     if kind == "trace":
@@ -64,6 +96,14 @@ def load_source(sc: DictConfig, seed: int) -> sources.LengthSource:
             raise ConfigError("sched.source.kind=trace needs sched.source.trace_path")
         return sources.from_trace(s.trace_path)
     raise ConfigError(f"sched.source.kind={kind!r}; valid: auto, predictions, castillo, synthetic, trace")
+
+
+def pool_stats(src: sources.LengthSource) -> dict:
+    """What the requests are drawn from: prompts, samples per prompt, prompt tokens (for sched.json)."""
+    n = [len(x) for x in src.samples] if src.has_samples else [1] * len(src.output)
+    return {"prompts": len(src.output), "samples_per_prompt_mean": float(np.mean(n)),
+            "prompt_tokens_mean": float(np.mean(src.prompt)), "prompt_tokens_min": int(np.min(src.prompt)),
+            "prompt_tokens_max": int(np.max(src.prompt))}
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -79,10 +119,10 @@ def _run(cfg: DictConfig, tracker: Tracker) -> None:
     out.mkdir(parents=True, exist_ok=True)
     profile = get_profile(sc.hardware, OmegaConf.to_container(sc.hardware_overrides))
     policies = ex.parse_policies(OmegaConf.to_container(sc.policies))
-    src = load_source(sc, cfg.seed)
-    print(
-        f"source {src.name}: {len(src.output)} requests, predictors {sorted(src.preds)}; hardware {profile.name}"
-    )
+    src = load_source(cfg)
+    truth = "one sampled length per request" if src.has_samples else "no samples: a request's length is its prompt's"
+    print(f"source {src.name}: {len(src.output)} prompts ({truth}), {np.mean(src.prompt):.0f} prompt tokens on "
+          f"average, predictors {sorted(src.preds)}; hardware {profile.name}")
     runs, lat = ex.run_grid(
         src,
         profile,
@@ -98,6 +138,7 @@ def _run(cfg: DictConfig, tracker: Tracker) -> None:
         speculative=sc.speculative,
         warmup=sc.warmup,
         sim=OmegaConf.to_container(sc.sim),
+        mean_oracle=sc.mean_oracle,
     )
     runs.insert(0, "experiment", cfg.experiment_name)
     summary = ex.summarize_runs(runs.drop(columns="experiment"))
@@ -112,6 +153,7 @@ def _run(cfg: DictConfig, tracker: Tracker) -> None:
             {
                 "hardware": profile.to_dict(),
                 "source": src.name,
+                "pool": pool_stats(src),
                 "config": OmegaConf.to_container(sc, resolve=True),
             },
             indent=1,
@@ -124,6 +166,7 @@ def _run(cfg: DictConfig, tracker: Tracker) -> None:
         ex.plot_latency_vs_load(summary, out / "latency_vs_load.png")
         tracker.log_image("latency_vs_load", out / "latency_vs_load.png")
     print(ex.format_table(summary, gains))
+    print("\n" + ex.short_t5(summary, gains))
     print(f"wrote {out}/sched_results.csv (+ runs, gains, latencies, plot)")
 
 

@@ -192,15 +192,16 @@ def test_noisy_prediction_has_the_requested_spearman():
     assert rho == pytest.approx(0.6, abs=0.03)
 
 
-def _predictions_file(path, n=200):
+def _predictions_file(path, n=200, ids=None):
     rng = np.random.default_rng(0)
-    y = np.maximum(1, rng.lognormal(5, 1, n))
+    ids = [f"{i:016x}" for i in range(n)] if ids is None else list(ids)[:n]
+    y = np.maximum(1, rng.lognormal(5, 1, len(ids)))
     rows = []
     for head, rho in (("ridge", 0.6), ("static", 0.1)):
         p = noisy_prediction(y, rho, rng=rng)
         for split in ("indomain/all/test", "indomain/all/val"):
-            rows += [dict(head=head, split=split, id=f"{i:016x}", domain="chat", y_true=y[i], y_pred=p[i],
-                          n_samples=1, capped_frac=0.0) for i in range(n)]
+            rows += [dict(head=head, split=split, id=pid, domain="chat", y_true=y[i], y_pred=p[i],
+                          n_samples=1, capped_frac=0.0) for i, pid in enumerate(ids)]
     pd.DataFrame(rows).to_parquet(path)
 
 
@@ -222,24 +223,35 @@ def test_predictions_file_source(tmp_path):
 
 
 def test_simulate_script_writes_t5_inputs(tmp_path):
-    from lengthpred.eval.inputs import read_latencies, read_sched
+    """Prompts of the committed demo trace: each request gets one of its prompt's sampled lengths and the
+    prompt's real token count, both from the trace (the targets the heads are fitted on)."""
+    import json
 
+    from lengthpred.eval.inputs import read_latencies, read_sched
+    from lengthpred.targets import read_reference
+
+    trace, _ = read_reference(REPO_ROOT / "data/reference/smollm2-135m/demo.jsonl")
+    ids = sorted(trace["id"].unique())[:120]
     f = tmp_path / "predictions.parquet"
-    _predictions_file(f)
-    cmd = [sys.executable, str(REPO_ROOT / "scripts/simulate.py"), "logger=disabled",
+    _predictions_file(f, ids=ids)
+    cmd = [sys.executable, str(REPO_ROOT / "scripts/simulate.py"), "logger=disabled", "data=demo",
            f"hydra.run.dir={tmp_path}/run", "sched.source.kind=predictions", f"sched.source.predictions_path={f}",
            "sched.hardware=a100-llama2-7b", "sched.loads=[0.9,1.1]", "sched.seeds=[0,1]", "sched.n_requests=300",
            "sched.policies=[fcfs,sjf,oracle-sjf]", "sched.online=false"]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     out = tmp_path / "run"
     df = read_sched(out / "sched_results.csv")
     assert set(df["policy"]) == {"fcfs", "sjf", "oracle-sjf"}
-    assert set(df["predictor"]) == {"none", "ridge", "static", "oracle"}
+    assert set(df["predictor"]) == {"none", "ridge", "static", "mean-oracle", "clairvoyant"}
     assert set(df["load"]) == {0.9, 1.1} and (df["n"] == 2).all()
+    pool = json.loads((out / "sched.json").read_text())["pool"]
+    tokens = trace[trace["id"].isin(ids)].groupby("id")["prompt_tokens"].first()
+    assert pool["prompt_tokens_mean"] == pytest.approx(tokens.mean()) and pool["prompt_tokens_min"] != 128
+    assert pool["samples_per_prompt_mean"] == 3
     assert len(read_latencies(out / "sched_latencies.parquet")) > 0
     assert (out / "latency_vs_load.png").stat().st_size > 0
-    assert "gain vs FCFS" in r.stdout
+    assert "gain vs FCFS" in r.stdout and "load 0.9 (below capacity)" in r.stdout
     bad = subprocess.run(cmd[:3] + ["sched.source.kind=predictions",
                                     f"sched.source.predictions_path={tmp_path}/none.parquet"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)

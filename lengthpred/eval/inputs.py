@@ -2,7 +2,7 @@
 
 - scheduling results (T5; lengthpred/sched/experiment.py): `sched_results.csv` and `sched_gains.csv`, long:
   `[hardware,] policy, predictor, load, metric, value[, ci_low, ci_high]`; a NaN interval (one seed) is
-  shown without a CI, a NaN value as undefined
+  shown without a CI, a NaN value or the word `undefined` as undefined
 - scheduling latencies (latency CDF plot): `policy, predictor, load, latency` (one row per request;
   per-token latency in seconds)
 - adaptation curves (plot): `head, n_updates` + metric columns (`test_spearman`, `stream_spearman`, …) and
@@ -50,11 +50,16 @@ def read_sched(path: str | Path) -> pd.DataFrame:
         _read_table(path), ("policy", "predictor", "load", "metric", "value"), path, "scheduling results"
     )
     df["load"] = df["load"].astype(float)
-    df["value"] = pd.Series([UNDEFINED if pd.isna(v) else float(v) for v in df["value"]], dtype=object)
+    df["value"] = pd.Series([UNDEFINED if pd.isna(v) else _sched_value(v) for v in df["value"]], dtype=object)
     for c in ("ci_low", "ci_high"):
         if c in df.columns:
-            df[c] = pd.Series([None if pd.isna(v) else float(v) for v in df[c]], dtype=object)
+            df[c] = pd.Series([None if pd.isna(v) else _sched_value(v) for v in df[c]], dtype=object)
     return df
+
+
+def _sched_value(v: object) -> object:
+    """A number, or UNDEFINED for the word `undefined` (a share of an oracle gain that may be 0)."""
+    return UNDEFINED if isinstance(v, str) and v.strip().lower() == "undefined" else float(v)
 
 
 def read_latencies(path: str | Path) -> pd.DataFrame:

@@ -7,9 +7,11 @@
 Modules: `hardware` (step-time cost model, profiles), `workload` (requests, arrivals, capacity),
 `predictors` (array / callable / online-adapted predictors), `policies` (registry POLICIES: fcfs, sjf,
 rank, srpt, oracle-sjf, oracle-srpt, mlfq/las, laps-sd), `simulator` (event-jump simulation), `runset`
-(the running batch and which request to preempt, in lazy heaps), `metrics`, `sources`
-(predictions.parquet, CASTILLO, synthetic, trace), `experiment` (grids and the results files; their
-schemas are in its docstring). Never imports torch.
+(the running batch and which request to preempt, in lazy heaps), `metrics`, `pool` (the prompts requests
+are drawn from, each request with one of its prompt's sampled lengths), `sources` (predictions.parquet,
+CASTILLO, synthetic, trace), `experiment` (grids and the results files; their schemas are in its
+docstring), `summary` (means with bootstrap intervals over seeds, gains over FCFS, the short T5). Never
+imports torch.
 """
 
 from lengthpred.sched.hardware import HARDWARE, HardwareProfile, get_profile

@@ -56,8 +56,44 @@ def summarize(res: SimResult, warmup: float = 0.0) -> dict[str, float]:
     }
 
 
+def bootstrap_mean_intervals(values: np.ndarray, level: float = 0.95, n_boot: int = 2000,
+                             seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean of each row of `values` ([groups, seeds]) and a percentile-bootstrap interval of that mean,
+    resampling seeds (columns) with one set of resamples for every row, so intervals of different rows are
+    paired. A resampled mean lies between the row's smallest and largest value, so the interval never
+    leaves the quantity's range (no negative waits or counts, unlike a t-interval on a skewed quantity).
+    NaN entries are left out of their row; a row with fewer than two finite values has a NaN interval."""
+    v = np.asarray(values, dtype=float)  # [G, S]
+    g, s = v.shape
+    mean = np.full(g, math.nan)
+    lo, hi = np.full(g, math.nan), np.full(g, math.nan)
+    finite = np.isfinite(v)
+    n = finite.sum(axis=1)
+    with np.errstate(invalid="ignore"):
+        mean[n > 0] = np.nanmean(v[n > 0], axis=1)
+    q = [(1 - level) / 2, (1 + level) / 2]
+    rng = np.random.default_rng(seed)
+    full = n == s
+    if s >= 2 and full.any():
+        # resample weights: w[b, j] = (times seed j is drawn in resample b) / s, so a resampled mean is v @ w
+        w = np.stack([np.bincount(r, minlength=s) for r in rng.integers(0, s, (n_boot, s))]) / s  # [B, S]
+        rows = np.flatnonzero(full)
+        for chunk in np.array_split(rows, max(1, len(rows) // 256)):
+            boot = v[chunk] @ w.T  # [chunk, B]
+            lo[chunk], hi[chunk] = np.quantile(boot, q, axis=1)
+    for r in np.flatnonzero(~full & (n >= 2)):  # rows with NaN seeds: their own resamples
+        x = v[r][finite[r]]
+        boot = x[rng.integers(0, len(x), (n_boot, len(x)))].mean(axis=1)
+        lo[r], hi[r] = np.quantile(boot, q)
+    # rounding in v @ w can step past the range by an ulp: clip to it
+    vmin, vmax = np.where(finite, v, np.inf).min(axis=1), np.where(finite, v, -np.inf).max(axis=1)
+    return mean, np.clip(lo, vmin, vmax), np.clip(hi, vmin, vmax)
+
+
 def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """Mean and Student-t interval over seeds; the interval is NaN with fewer than two finite values."""
+    """Mean and Student-t interval over seeds; the interval is NaN with fewer than two finite values. It can
+    leave the quantity's range with few seeds or a skewed quantity: summaries use
+    `bootstrap_mean_intervals`."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     if len(v) == 0:

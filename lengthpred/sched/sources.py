@@ -1,38 +1,29 @@
 """Where a simulation's request lengths and predictions come from: a predictions file, CASTILLO, synthetic.
 
-A `LengthSource` is a pool of requests (true output length, prompt length) with one prediction array per
-predictor, aligned; simulations draw their requests from it with replacement.
+Each reader returns a `LengthSource` (lengthpred.sched.pool): a pool of prompts (sampled output lengths,
+prompt length) with one prediction array per predictor, aligned; simulations draw their requests from it
+with replacement, each request taking one of its prompt's sampled lengths.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.sched.pool import LengthSource
 from lengthpred.sched.workload import noisy_prediction, synthetic_lengths
 
+__all__ = ["LengthSource", "POOLED_TEST", "from_castillo", "from_predictions", "from_trace", "read_prediction_files",
+           "synthetic"]
 
-@dataclass
-class LengthSource:
-    name: str
-    output: np.ndarray  # [m] true output tokens (>= 1)
-    prompt: np.ndarray  # [m] prompt tokens
-    preds: dict[str, np.ndarray] = field(default_factory=dict)  # predictor → [m] predicted tokens
-    arrival: np.ndarray | None = None  # [m] trace timestamps (s), when the source is a trace
-
-    def __post_init__(self) -> None:
-        m = len(self.output)
-        if m == 0:
-            raise DataError(f"length source {self.name}: no requests")
-        for k, v in self.preds.items():
-            if len(v) != m or not np.all(np.isfinite(v)):
-                raise DataError(f"length source {self.name}: predictor {k} has {len(v)} finite values, need {m}")
+log = logging.getLogger("lengthpred.sched")
 
 
 def read_prediction_files(path: str | Path) -> pd.DataFrame:
@@ -58,11 +49,17 @@ POOLED_TEST = "indomain/*/test"
 
 
 def from_predictions(path: str | Path, *, split: str | None = None, heads: list[str] | None = None,
-                     prompt_tokens: int = 128) -> LengthSource:
-    """Requests of one split of `predictions.parquet` file(s) (docs/DESIGN.md): y_true is the length, each
-    head's y_pred a predictor; only ids every chosen head predicts. `split` may be a glob
-    (`indomain/*/test`: every domain's test prompts pooled, a mixed workload). `split=None` takes that pool
-    when present, else the split with the most rows among those whose name contains "test" (else all)."""
+                     prompt_tokens: int | Mapping[str, int] = 128,
+                     samples: Mapping[str, Sequence[int]] | None = None) -> LengthSource:
+    """Requests of one split of `predictions.parquet` file(s) (docs/DESIGN.md): each head's y_pred a
+    predictor; only ids every chosen head predicts. `split` may be a glob (`indomain/*/test`: every domain's
+    test prompts pooled, a mixed workload). `split=None` takes that pool when present, else the split with
+    the most rows among those whose name contains "test" (else all).
+
+    `samples` (prompt id → its sampled lengths, capped ones as the cap: `lengthpred.targets.per_prompt`'s
+    `lengths`) gives each request one sampled length; without it a request's length is the prompt's y_true,
+    a smoothed truth. Prompt tokens: the file's `n_prompt_tokens` column, else `prompt_tokens` (id → count,
+    the generation's `prompt_tokens`; or one count for every prompt)."""
     p = Path(path)
     df = read_prediction_files(p)
     names = df["split"].astype(str)
@@ -85,46 +82,63 @@ def from_predictions(path: str | Path, *, split: str | None = None, heads: list[
     wide = df.pivot_table(index="id", columns="head", values="y_pred", aggfunc="first").dropna()
     if wide.empty:
         raise DataError(f"{p}: no id in split {split!r} is predicted by every head; choose sched.source.heads")
+    ids = [str(i) for i in wide.index]
     y = df.groupby("id")["y_true"].first().loc[wide.index].to_numpy(float)
     if "n_prompt_tokens" in df.columns:
         prompt = df.groupby("id")["n_prompt_tokens"].first().loc[wide.index].to_numpy(float)
+    elif isinstance(prompt_tokens, Mapping):
+        prompt = np.array(_lookup(prompt_tokens, ids, p, "prompt token count"), dtype=float)
     else:
+        log.warning("%s: no prompt token counts; every request gets a %d-token prompt", p, prompt_tokens)
         prompt = np.full(len(y), prompt_tokens)
+    drawn = None if samples is None else _lookup(samples, ids, p, "sampled lengths")
     preds = {str(h): np.maximum(wide[h].to_numpy(float), 1.0) for h in wide.columns}
     return LengthSource(f"predictions:{split}", np.maximum(np.rint(y), 1).astype(np.int64),
-                        np.rint(prompt).astype(np.int64), preds)
+                        np.rint(prompt).astype(np.int64), preds, samples=drawn)
+
+
+def _lookup(table: Mapping[str, object], ids: list[str], path: Path, what: str) -> list:
+    missing = [i for i in ids if i not in table]
+    if missing:
+        raise DataError(f"{path}: no {what} for {len(missing)} of {len(ids)} prompts (e.g. {missing[0]}); the "
+                        "predictions and the targets come from different data")
+    return [table[i] for i in ids]
 
 
 def from_castillo(root: str | Path, *, model: str, datasets: list[str], part: str = "validate",
                   noisy_spearman: list[float] | None = None, seed: int = 0) -> LengthSource:
-    """CASTILLO prompts of one model: the true length is the first sampled length; predictors are the mean
-    of the other nine samples (`others-mean`, the near-ceiling predictor) and synthetic noisy ones."""
-    out, prm, others = [], [], []
+    """CASTILLO prompts of one model with their (ten) sampled lengths: each request draws one; predictors are
+    synthetic noisy ones of the prompt's mean length (the near-ceiling predictor is the `mean-oracle` row)."""
+    samples, prm = [], []
     for ds in datasets:
         f = Path(root) / part / ds / f"{model}.jsonl"
         if not f.is_file():
             raise DataError(f"no CASTILLO file {f}")
         for line in f.read_text().splitlines():
             r = json.loads(line)
-            s = [int(x) for x in r["output_sizes"]]
-            out.append(max(s[0], 1))
+            samples.append([max(int(x), 1) for x in r["output_sizes"]])
             prm.append(int(r["input_size"]))
-            others.append(float(np.mean(s[1:])) if len(s) > 1 else float(s[0]))
-    y = np.array(out, dtype=np.int64)
-    preds = {"others-mean": np.maximum(np.array(others), 1.0)}
+    mean = np.array([np.mean(s) for s in samples])
     rng = np.random.default_rng(seed)
-    for rho in noisy_spearman or []:
-        preds[f"noisy@{rho:g}"] = noisy_prediction(y, rho, rng=rng)
-    return LengthSource(f"castillo:{model}", y, np.array(prm, dtype=np.int64), preds)
+    preds = {f"noisy@{rho:g}": noisy_prediction(mean, rho, rng=rng) for rho in noisy_spearman or []}
+    return LengthSource(f"castillo:{model}", np.maximum(np.rint(mean), 1).astype(np.int64),
+                        np.array(prm, dtype=np.int64), preds, samples=samples)
 
 
 def synthetic(n: int = 5000, *, median: float = 200.0, sigma: float = 1.0, max_len: int = 4096,
-              prompt_tokens: int = 128, noisy_spearman: list[float] | None = None, seed: int = 0) -> LengthSource:
-    """Lognormal lengths with noisy predictors of known Spearman (`noisy@0.6`, …)."""
+              prompt_tokens: int = 128, noisy_spearman: list[float] | None = None, n_samples: int = 0,
+              sample_sigma: float = 0.5, seed: int = 0) -> LengthSource:
+    """Lognormal prompt lengths (their medians) with noisy predictors of known Spearman (`noisy@0.6`, …).
+    `n_samples` > 0 gives each prompt that many sampled lengths, lognormal around its median with log-sd
+    `sample_sigma` (the serving model's sampling noise); 0: a request's length is its prompt's."""
     rng = np.random.default_rng(seed)
     y = synthetic_lengths(n, median=median, sigma=sigma, max_len=max_len, rng=rng)
     preds = {f"noisy@{r:g}": noisy_prediction(y, r, rng=rng) for r in (noisy_spearman or [0.6])}
-    return LengthSource("synthetic", y, np.full(n, prompt_tokens, dtype=np.int64), preds)
+    drawn = None
+    if n_samples > 0:
+        noise = np.exp(sample_sigma * rng.standard_normal((n, n_samples)))  # [n, n_samples]
+        drawn = np.clip(np.rint(y[:, None] * noise), 1, max_len).astype(np.int64).tolist()
+    return LengthSource("synthetic", y, np.full(n, prompt_tokens, dtype=np.int64), preds, samples=drawn)
 
 
 def from_trace(path: str | Path) -> LengthSource:
