@@ -47,12 +47,13 @@ def main() -> None:
     for shift in args.shifts:
         for seed in range(args.seeds):
             data = drifting_stream(d=args.d, n_source=300, n_stream=args.n_stream, shift=shift, seed=seed)
-            res = run_stream(heads(10.0), data, ServingCompletion(seed=seed), record_every=50, progress=False)
+            comp = ServingCompletion(load=0.7, seed=seed)  # below its capacity: labels keep arriving
+            res = run_stream(heads(10.0), data, comp, record_every=50, progress=False)
             rows.append(res.summary.assign(shift=shift, seed=seed))
     df = pd.concat(rows)
     for col in ("stream_spearman", "test_spearman"):
         t = df.pivot_table(index="shift", columns="head", values=col, aggfunc="mean", sort=False)
-        t["gain rls@0.99 %"] = 100 * (t["rls@0.99"] - t["static"]) / t["static"].abs()
+        t["rls@0.99 − static"] = t["rls@0.99"] - t["static"]  # absolute: static can sit near zero
         print(
             f"\n{col} (mean of {args.seeds} seeds, d={args.d}, stream {args.n_stream}, delayed completions)"
         )

@@ -43,8 +43,14 @@ def test_adapt_loads_prompts_splits_features_and_targets(tmp_path, monkeypatch, 
     cfg = compose_cfg(overrides, tmp_path)
     prompts = load_prompts(cfg.data)
     rng = np.random.default_rng(0)
+    samples = [[int(v) for v in rng.integers(5, 300, 3)] for _ in range(len(prompts))]
     fake = pd.DataFrame(
-        {"target": rng.integers(5, 300, len(prompts)).astype(float), "n_samples": 1, "capped_frac": 0.0},
+        {
+            "lengths": samples,
+            "target": [float(np.mean(s)) for s in samples],
+            "n_samples": 3,
+            "capped_frac": 0.0,
+        },
         index=pd.Index(prompts["id"], name="id"),
     )
     monkeypatch.setattr(lengthpred.targets, "load_targets", lambda cfg: fake)
@@ -62,8 +68,11 @@ def test_adapt_loads_prompts_splits_features_and_targets(tmp_path, monkeypatch, 
     )
     res = run_adaptation(cfg, tmp_path / "run")
     assert res["n_pairs"] == 2 and calls == ["hs.L20.last"]
+    assert 0 < res["load"] < 1 and res["labels_seen_mean"] > 5
     preds = pd.read_parquet(tmp_path / "run" / "predictions.parquet")
     assert set(preds["domain"]) >= {"math", "qa"}
     assert set(preds["split"]) == {
-        f"cross/{p}/{part}" for p in ("chat->math", "summarization->qa") for part in ("test", "stream")
+        f"cross/{p}/{part}"
+        for p in ("chat->math", "summarization->qa")
+        for part in ("test", "stream", "stream_val")
     }

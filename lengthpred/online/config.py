@@ -21,6 +21,11 @@ def rls_name(forgetting: float) -> str:
     return f"rls@{float(forgetting):g}"
 
 
+def mean_oracle_name(forgetting: float) -> str:
+    """`rls@1+mean`: RLS updated with the mean of each prompt's samples (an oracle no server has)."""
+    return f"{rls_name(forgetting)}+mean"
+
+
 def select_alpha(X: np.ndarray, y: np.ndarray, alphas: list[float]) -> float:
     """The linear head's choice when alpha is null: RidgeCV (efficient LOO) in standardised log1p space."""
     Xs = StandardScaler().fit_transform(np.asarray(X, dtype=np.float64))
@@ -28,7 +33,8 @@ def select_alpha(X: np.ndarray, y: np.ndarray, alphas: list[float]) -> float:
 
 
 def build_heads(ocfg: Mapping[str, Any], alpha: float) -> dict[str, HeadSpec]:
-    """One `rls@λ` head per forgetting value plus every configured baseline, all with the same alpha."""
+    """One `rls@λ` head per forgetting value, the mean-label oracle `rls@λ+mean` (`mean_oracle`: its λ,
+    null: none) and every configured baseline, all with the same alpha."""
     cfg = OmegaConf.to_container(ocfg, resolve=True) if OmegaConf.is_config(ocfg) else dict(ocfg)
     lams = cfg.get("forgetting") or []
     if not isinstance(lams, list | tuple):
@@ -38,6 +44,11 @@ def build_heads(ocfg: Mapping[str, Any], alpha: float) -> dict[str, HeadSpec]:
         est = RLSRegressor(alpha, forgetting=lam, trace_cap=cfg.get("trace_cap", 10.0))
         est._validate_params()  # λ outside (0, 1] fails here, before any data is read
         heads[rls_name(lam)] = HeadSpec(est)
+    if cfg.get("mean_oracle") is not None:
+        lam = cfg["mean_oracle"]
+        est = RLSRegressor(alpha, forgetting=lam, trace_cap=cfg.get("trace_cap", 10.0))
+        est._validate_params()
+        heads[mean_oracle_name(lam)] = HeadSpec(est, label="mean")
     for name, spec in (cfg.get("baselines") or {}).items():
         if spec is None:  # `online.baselines.window=null` drops a baseline
             continue

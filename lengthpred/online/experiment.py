@@ -1,8 +1,20 @@
 """The `scripts/adapt.py` stage: every selected cross-domain pair as a stream, all heads, curves and gains.
 
-Writes into `out_dir`: `curves.csv`, `summary.csv`, `gains.csv` (Spearman gain over static vs shift),
-`predictions.parquet` (docs/DESIGN.md), `plots/curves_<pair>.png`, `plots/gain_vs_shift.png`,
-`adapt.json` (config + headline numbers).
+Per pair (`lengthpred.online.pairs`): the readout is fitted on the source, the target's train+val prompts
+arrive as a stream served by the completion model (default: the serving model's calibrated CPU profile
+at load 0.7), each completion reveals one sampled length, λ is chosen on the stream's validation
+requests (`lengthpred.online.select`) and copied as `rls@val`.
+
+Writes into `out_dir`:
+- `stream_curves.csv`: the main adaptation curve, in-stream Spearman/MAE and their difference from static
+  vs labels seen at prediction (`lengthpred.online.curves`), per pair and head;
+- `curves.csv`: held-out target test Spearman/MAE vs labels learned, per pair and head;
+- `summary.csv`: per pair and head, end-of-stream and in-stream metrics, labels seen, update cost;
+- `pairs.csv`: per pair, served and prompt shift, load, arrival rate, capacity, chosen λ, alpha;
+- `gains.csv`: per pair and head, Spearman differences from static (in-stream and test);
+- `per_target.csv`: per target and overall, ΔSpearman with prompt-bootstrap CIs (T3's input,
+  `lengthpred.online.summary`);
+- `predictions.parquet` (docs/DESIGN.md); `plots/*.png`; `adapt.json` (config + headline numbers).
 """
 
 from __future__ import annotations
@@ -17,17 +29,27 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from lengthpred.errors import DataError
-from lengthpred.online.config import build_completion, build_heads, rls_name, select_alpha
+from lengthpred.errors import ConfigError, DataError
+from lengthpred.online.config import (
+    build_completion,
+    build_heads,
+    mean_oracle_name,
+    rls_name,
+    select_alpha,
+)
+from lengthpred.online.curves import labels_seen_curves
 from lengthpred.online.pairs import (
     as_target_frame,
     gains_table,
+    label_pair,
     pair_stream,
     prediction_rows,
     run_pair,
     select_pairs,
 )
-from lengthpred.online.plots import plot_curves, plot_gain_vs_shift
+from lengthpred.online.plots import plot_curves, plot_delta_grid, plot_delta_summary, plot_gain_vs_shift
+from lengthpred.online.select import SELECTED, choose_forgetting, forgetting_of, with_selected
+from lengthpred.online.summary import ALL, per_target_summary
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +107,13 @@ def _run_adaptation(
     tracker: Any = None,
 ) -> dict[str, Any]:
     ocfg = cfg.online
-    build_heads(ocfg, 1.0)  # validate λ and baselines before any work
+    if "static" not in build_heads(ocfg, 1.0):  # validates λ and baselines before any work
+        raise ConfigError("online.baselines.static is the reference of every difference: keep it")
     build_completion(ocfg)
+    candidates = [rls_name(lam) for lam in (ocfg.forgetting or [])]
+    if not candidates:
+        raise ConfigError("online.forgetting: at least one λ (the candidates chosen on validation)")
+    oracle = mean_oracle_name(ocfg.mean_oracle) if ocfg.get("mean_oracle") is not None else None
     if splits is None or feature_set is None or targets is None:
         splits, feature_set, targets = _load_inputs(cfg)
     targets = as_target_frame(targets)
@@ -97,50 +124,50 @@ def _run_adaptation(
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     completion = build_completion(ocfg)
-    curves, summaries, preds = [], [], []
-    to_plot = _pairs_to_plot(pairs, ocfg.get("plot_pairs"), str(ocfg.shift_key))
-    for k, pair in enumerate(pairs):
+    compared = [h for h in ("static", SELECTED, oracle) if h]
+    acc: dict[str, list[pd.DataFrame]] = {
+        k: [] for k in ("curves", "stream", "summary", "preds", "test", "sp")
+    }
+    meta: list[dict[str, Any]] = []
+    for pair in pairs:
         ps = pair_stream(
             pair,
             splits["indomain"],
             features,
             targets,
             stream_parts=list(ocfg.stream_parts),
+            val_part=ocfg.get("val_part", "val"),
             shift_key=str(ocfg.shift_key),
-            seed=int(cfg.get("seed", 0)) + k,
+            seed=int(cfg.get("seed", 0)),
         )
-        alpha = ocfg.alpha
-        if alpha is None:
-            alpha = select_alpha(ps.data.X_source, ps.data.y_source, list(ocfg.alphas))
-        res = run_pair(
-            ps,
-            lambda a=float(alpha): build_heads(ocfg, a),
-            completion,
-            record_every=int(ocfg.record_every),
-            window=int(ocfg.window),
-            progress=False,
-        )
-        res.summary.insert(2, "alpha", float(alpha))
-        curves.append(res.curves)
-        summaries.append(res.summary)
-        preds.append(prediction_rows(ps, res, targets))
-        if ps.name in to_plot:
-            plot_curves(
-                res.curves,
-                f"{ps.name} (shift {ps.shift:.2f}, α={alpha:g})",
-                out / "plots" / f"curves_{_slug(ps.name)}.png",
-            )
-        log.info("pair %s: %s", ps.name, res.summary.set_index("head")["stream_spearman"].round(3).to_dict())
-    curves_df, summary_df = pd.concat(curves, ignore_index=True), pd.concat(summaries, ignore_index=True)
-    rls_heads = [rls_name(lam) for lam in (ocfg.forgetting or [])]
+        for key, df in _one_pair(ps, ocfg, completion, candidates, compared, targets).items():
+            (meta if key == "meta" else acc[key]).append(df)
+    curves_df, stream_df = (
+        pd.concat(acc["curves"], ignore_index=True),
+        pd.concat(acc["stream"], ignore_index=True),
+    )
+    summary_df, pairs_df = pd.concat(acc["summary"], ignore_index=True), pd.DataFrame(meta)
     gains = gains_table(summary_df, [h for h in summary_df["head"].unique() if h != "static"])
+    gains = gains.merge(pairs_df[["pair", "source", "target", "prompt_shift"]], on="pair", how="left")
+    heads = {"rls": SELECTED, **({"mean_oracle": oracle} if oracle else {})}
+    per_target = per_target_summary(
+        pd.concat(acc["test"], ignore_index=True),
+        pd.concat(acc["sp"], ignore_index=True),
+        pairs_df,
+        heads,
+        n_boot=int(ocfg.get("n_boot", 1000)),
+        confidence=float(ocfg.get("confidence", 0.95)),
+        seed=int(cfg.get("seed", 0)),
+    )
     curves_df.to_csv(out / "curves.csv", index=False)
+    stream_df.to_csv(out / "stream_curves.csv", index=False)
     summary_df.to_csv(out / "summary.csv", index=False)
+    pairs_df.to_csv(out / "pairs.csv", index=False)
     gains.to_csv(out / "gains.csv", index=False)
-    pd.concat(preds, ignore_index=True).to_parquet(out / "predictions.parquet", index=False)
-    headline = headline_numbers(gains, rls_heads)
-    if rls_heads and not gains.empty:
-        plot_gain_vs_shift(gains, headline.get("best_rls", rls_heads[0]), out / "plots" / "gain_vs_shift.png")
+    per_target.to_csv(out / "per_target.csv", index=False)
+    pd.concat(acc["preds"], ignore_index=True).to_parquet(out / "predictions.parquet", index=False)
+    _plots(out / "plots", curves_df, stream_df, gains, pairs_df, ocfg.get("plot_pairs"), oracle)
+    headline = headline_numbers(per_target, pairs_df, heads)
     (out / "adapt.json").write_text(
         json.dumps(
             {"config": OmegaConf.to_container(ocfg, resolve=True), **headline}, indent=2, default=float
@@ -148,39 +175,138 @@ def _run_adaptation(
     )
     if tracker is not None:
         tracker.summary(headline)
-        for key, df in (("summary", summary_df), ("gains", gains), ("curves", curves_df)):
+        for key, df in (
+            ("summary", summary_df),
+            ("gains", gains),
+            ("curves", curves_df),
+            ("stream_curves", stream_df),
+            ("pairs", pairs_df),
+            ("per_target", per_target),
+        ):
             tracker.log_table(f"online/{key}", list(df.columns), df.astype(object).values.tolist())
         for png in sorted((out / "plots").glob("*.png")):
             tracker.log_image(f"online/{png.stem}", png)
     return {"out_dir": str(out), "n_pairs": len(pairs), **headline}
 
 
-def headline_numbers(gains: pd.DataFrame, rls_heads: Sequence[str]) -> dict[str, Any]:
-    """Mean Spearman gain of each RLS head over static, on the smaller and the larger half of the shifts."""
+def _one_pair(
+    ps: Any,
+    ocfg: DictConfig,
+    completion: Any,
+    candidates: list[str],
+    compared: list[str],
+    targets: pd.DataFrame,
+) -> dict[str, Any]:
+    """Stream one pair: fit, replay, choose λ on validation, in-stream curves; frames keyed as `acc`."""
+    alpha = ocfg.alpha
+    if alpha is None:
+        alpha = select_alpha(ps.data.X_source, ps.data.y_source, list(ocfg.alphas))
+    res = run_pair(
+        ps,
+        lambda a=float(alpha): build_heads(ocfg, a),
+        completion,
+        record_every=int(ocfg.record_every),
+        window=int(ocfg.window),
+        progress=False,
+    )
+    chosen = choose_forgetting(res.summary, candidates)
+    res = with_selected(res, chosen)
+    res.summary.insert(4, "alpha", float(alpha))
+    info = dict(getattr(completion, "info_", {}))
+    curves = labels_seen_curves(res.stream_predictions, window=int(ocfg.window), step=int(ocfg.record_every))
+    s0 = res.summary.set_index("head").loc["static"]  # labels seen: the same events for every head
+    meta = {
+        "pair": ps.name,
+        "source": ps.source,
+        "target": ps.target,
+        "shift": ps.shift,
+        "prompt_shift": ps.prompt_shift,
+        "completion": info.get("model", type(completion).__name__),
+        "load": info.get("load", np.nan),
+        "arrival_rate": info.get("arrival_rate", np.nan),
+        "capacity_req_s": info.get("capacity_req_s", np.nan),
+        **{
+            k: s0[k] for k in ("labels_seen_mean", "labels_seen_median", "labels_seen_ge10", "in_flight_mean")
+        },
+        "n_revealed": int(s0["n_revealed"]),
+        "n_stream": len(ps.data.y_stream),
+        "forgetting": forgetting_of(chosen),
+        "alpha": float(alpha),
+    }
+    log.info(
+        "pair %s: λ=%g on validation, labels seen %.1f (mean) of %d, %s",
+        ps.name,
+        forgetting_of(chosen),
+        s0["labels_seen_mean"],
+        len(ps.data.y_stream),
+        res.summary.set_index("head")["test_spearman"].round(3).to_dict(),
+    )
+    sp, tp = res.stream_predictions, res.test_predictions
+    return {
+        "meta": meta,
+        "sp": label_pair(sp[sp["head"].isin(compared)].copy(), ps),
+        "test": label_pair(tp[tp["head"].isin(compared)].copy(), ps),
+        "curves": res.curves,
+        "stream": label_pair(curves, ps),
+        "summary": res.summary,
+        "preds": prediction_rows(ps, res, targets),
+    }
+
+
+def _plots(
+    pdir: Path,
+    curves: pd.DataFrame,
+    stream: pd.DataFrame,
+    gains: pd.DataFrame,
+    pairs: pd.DataFrame,
+    n_plot: int | None,
+    oracle: str | None,
+) -> None:
+    series = [(SELECTED, "RLS, λ chosen on validation")]
+    if oracle:
+        series.append((oracle, f"mean-label oracle ({oracle})"))
+    plot_delta_summary(stream, curves, pdir / "adaptation_summary.png", series)
+    plot_delta_grid(stream, pdir / "adaptation_by_target.png")
+    plot_gain_vs_shift(gains, SELECTED, pdir / "gain_vs_shift.png")
+    lam = dict(zip(pairs["pair"], pairs["forgetting"], strict=True))
+    for name in _pairs_to_plot(pairs, n_plot):
+        plot_curves(
+            stream[stream["pair"] == name],
+            curves[curves["pair"] == name],
+            f"{name} (served-length shift {float(pairs.set_index('pair').at[name, 'shift']):.2f})",
+            pdir / f"curves_{_slug(name)}.png",
+            labels={
+                SELECTED: f"rls, λ={lam[name]:g} (chosen on validation)",
+                **({oracle: f"{oracle} (mean-label oracle)"} if oracle else {}),
+            },
+        )
+
+
+def headline_numbers(per_target: pd.DataFrame, pairs: pd.DataFrame, heads: dict[str, str]) -> dict[str, Any]:
+    """The overall row of the per-target summary (ΔSpearman with CIs), labels seen, load and λ choices."""
     out: dict[str, Any] = {}
-    g = gains[gains["head"].isin(rls_heads)]
-    if g.empty:
+    if per_target.empty:
         return out
-    median = float(g["shift"].median())
-    for h, gh in g.groupby("head"):
-        for half, sel in (("small_shift", gh["shift"] <= median), ("large_shift", gh["shift"] > median)):
-            out[f"{h}/{half}/stream_spearman_delta"] = float(gh.loc[sel, "stream_spearman_delta"].mean())
-            out[f"{h}/{half}/stream_spearman_gain_pct"] = float(
-                gh.loc[sel, "stream_spearman_gain_pct"].median()
-            )
-    best = g.groupby("head")["stream_spearman_delta"].mean().idxmax()
-    out["best_rls"] = str(best)
-    out["shift_median"] = median
+    row = per_target.set_index("target").loc[ALL]
+    for prefix, head in heads.items():
+        for part in ("test", "stream"):
+            for suffix in ("", "_lo", "_hi"):
+                out[f"{head}/{part}_spearman_delta{suffix}"] = float(row[f"{prefix}_{part}_delta{suffix}"])
+    for col in ("labels_seen_mean", "labels_seen_median", "labels_seen_ge10", "in_flight_mean", "load"):
+        out[col] = float(row[col])
+    out["forgetting_chosen"] = str(row["forgetting"])
+    out["completion"] = str(pairs["completion"].iloc[0])
+    out["shift_median"] = float(pairs["shift"].median())
     return out
 
 
-def _pairs_to_plot(pairs: Sequence[dict], n: int | None, shift_key: str) -> set[str]:
+def _pairs_to_plot(pairs: pd.DataFrame, n: int | None) -> list[str]:
     """All pairs (n = null) or the n/2 smallest- and n/2 largest-shift pairs (curves PNGs cost ≈1 s each)."""
-    if n is None or n >= len(pairs):
-        return {p["name"] for p in pairs}
-    order = sorted(pairs, key=lambda p: float(p.get("shift", {}).get(shift_key, np.nan)))
-    k = max(1, int(n) // 2)
-    return {p["name"] for p in order[:k] + order[-k:]}
+    order = list(pairs.sort_values(["shift", "pair"])["pair"])
+    if n is None or n >= len(order):
+        return order
+    k = int(n) // 2
+    return order[:k] + order[-k:] if k else []
 
 
 def _slug(name: str) -> str:
