@@ -328,6 +328,10 @@ def _mean_defined(values: Sequence[MetricValue]) -> MetricValue:
 class NoiseCeiling:
     """How well any predictor could rank prompts, given that one prompt's length is itself random.
 
+    Every field is an *estimate* from a finite set of prompts and samples, so it has its own sampling
+    error (`ci`, from `noise_ceiling(n_boot > 0)`): a head whose score reaches or exceeds the estimate on a
+    small test set is within that error, not above the ceiling.
+
     - `loo`: Spearman of one sample vs the mean of the prompt's other samples (averaged over which
       sample is held out); RESEARCH.md's measured figure.
     - `pairwise_r`: mean Spearman between two samples of the same prompts (single-sample reliability);

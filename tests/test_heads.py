@@ -123,11 +123,15 @@ def test_linear_selects_alpha_and_exposes_readout():
     (tr, ytr), (te, _) = split(*planted())
     head = build_head("linear").fit(tr.features, ytr)
     assert head.alpha_ in head.alphas and head.coef_.shape == (16,)
-    # the readout in the standardised, log1p space reproduces predict()
+    # the readout in the standardised, log1p space reproduces predict(), smeared to a mean (S > 1)
     z = (te.features - head.scaler_.mean_) / head.scaler_.scale_
+    assert head.smearing_ > 1.0
     np.testing.assert_allclose(
-        np.expm1(z @ head.coef_ + head.intercept_), head.predict(te.features), rtol=1e-6
+        head.smearing_ * np.exp(z @ head.coef_ + head.intercept_) - 1, head.predict(te.features), rtol=1e-6
     )
+    median = build_head("linear", back_transform="median").fit(tr.features, ytr)
+    assert median.smearing_ == 1.0
+    np.testing.assert_allclose(np.expm1(z @ median.coef_ + median.intercept_), median.predict(te.features))
     raw = build_head("linear", target="raw", alpha=1.0).fit(tr.features, ytr)
     np.testing.assert_allclose(raw.predict(te.features), z @ raw.coef_ + raw.intercept_, rtol=1e-6)
 

@@ -7,11 +7,13 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.heads import HeadInput, LabeledSet, run_training
 from lengthpred.heads.assemble import indomain_ids, labeled_set, target_table
 from lengthpred.heads.training import PREDICTION_COLUMNS
+from lengthpred.paths import REPO_ROOT
 from tests.conftest import compose_cfg
 
 LINEAR = {
@@ -194,3 +196,20 @@ def test_train_stage_rejects_a_feature_that_was_not_extracted(trace_run):
     cfg = trace_run("egtp", "head.layer=2")  # egtp reads hs.L2.entropy; only `last` was extracted
     with pytest.raises(DataError, match="not extracted"):
         train_from_config(cfg, cfg.paths.output_dir)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO_ROOT / "conf" / "head").glob("*.yaml")))
+def test_every_head_config_builds_with_every_candidate(name, tmp_path):
+    """Each conf/head option composes, its params and every `select` candidate build the head, and
+    `n_seeds` is only set on heads with a random_state (heads that are deterministic have no seeds)."""
+    from lengthpred.heads import build_head, head_params
+    from lengthpred.heads.training import _candidates
+
+    cfg = compose_cfg([f"head={name}"], tmp_path)
+    hcfg = OmegaConf.to_container(cfg.head, resolve=True)
+    for cand in _candidates(hcfg.get("select")):
+        head = build_head(hcfg["name"], **(head_params(hcfg) | cand))
+    if int(hcfg.get("n_seeds") or 1) > 1:
+        assert "random_state" in head.get_params()
+    if name == "probe":  # the README's probe row is layer 20's last token, the linear readout's feature
+        assert (hcfg["layer"], hcfg["pooling"]) == (20, "last")

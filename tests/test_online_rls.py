@@ -87,8 +87,7 @@ def test_bad_forgetting_is_config_error(lam):
     "make_bad",
     [
         lambda x, y: (x, np.array([np.nan])),  # missing length
-        lambda x, y: (x, np.array([0.0])),  # non-positive
-        lambda x, y: (x, np.array([-3.0])),
+        lambda x, y: (x, np.array([-3.0])),  # negative
         lambda x, y: (x[:, :-1], y),  # wrong feature size
         lambda x, y: (np.where(np.arange(x.shape[1]) == 2, np.nan, x), y),  # NaN feature
         lambda x, y: (x, None),
@@ -110,6 +109,24 @@ def test_bad_update_rejected_with_count_state_unchanged(make_bad, cls):
     yb[1] = -1
     m.partial_fit(X[:4], yb)
     assert m.rejected_ == 2 and m.n_updates_ == 3
+
+
+def test_zero_length_is_one_rule_for_fit_and_partial_fit():
+    """An answer that ends at once (0 tokens) is a valid length for both fit and partial_fit."""
+    rng = np.random.default_rng(9)
+    A, yA = _rows(rng, 50, 5)
+    B, yB = _rows(rng, 6, 5)
+    yA[3] = yB[2] = 0.0
+    batch = RLSRegressor(alpha=2.0).fit(np.vstack([A, B]), np.concatenate([yA, yB]))
+    m = RLSRegressor(alpha=2.0).fit(A, yA)
+    m.partial_fit(B, yB)
+    assert m.rejected_ == 0 and m.n_updates_ == 6
+    sc = StandardScaler().fit(A)  # = batch ridge on A∪B in A's space (RLS keeps the first scaler)
+    ridge = Ridge(alpha=2.0).fit(sc.transform(np.vstack([A, B])), np.log1p(np.concatenate([yA, yB])))
+    assert _rel(m.coef_, ridge.coef_) < 1e-8
+    assert batch.rejected_ == 0
+    with pytest.raises(DataError, match=">= 0"):
+        RLSRegressor().fit(A, -yA)
 
 
 def test_save_load_roundtrip(tmp_path):
@@ -163,7 +180,10 @@ def test_warm_start_from_the_linear_head():
     ref = RLSRegressor(alpha=4.0).fit(A, yA)
     np.testing.assert_allclose(warm.theta_, ref.theta_, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(warm.P_, ref.P_, rtol=1e-10)
-    np.testing.assert_allclose(warm.predict(B), head.predict(B), rtol=1e-8)
+    # RLS predicts expm1 of the readout: the head's "median" back-transform, its default without smearing
+    np.testing.assert_allclose(warm.predict(B), (head.predict(B) + 1) / head.smearing_ - 1, rtol=1e-8)
+    median = LinearHead(alpha=4.0, back_transform="median").fit(A, yA)
+    np.testing.assert_allclose(warm.predict(B), median.predict(B), rtol=1e-8)
     warm.partial_fit(B, yB)
     ref.partial_fit(B, yB)
     np.testing.assert_allclose(warm.theta_, ref.theta_, rtol=1e-8, atol=1e-10)

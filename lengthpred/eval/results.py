@@ -3,8 +3,10 @@
 `results.csv` columns: experiment, model, data, head, split, metric, value, ci_low, ci_high, n,
 config_hash. A value is a number, `undefined` (the metric does not exist on these data, e.g. the
 Spearman of a constant predictor) or empty (no CI computed for that row, e.g. a parameter count).
-Special rows: head `noise_ceiling` (metrics `ceiling_*` per split) and head `_split` (metric `shift`:
-the split's distribution shift from splits.json, read by T3).
+Special rows: head `noise_ceiling` (metrics `ceiling_*` per split: an *estimate* of the best Spearman
+any predictor of the expected length could reach, with its own bootstrap CI) and head `_split` (metric
+`shift`: the split's distribution shift from splits.json, read by T3). Heads fitted over several seeds
+(lengthpred.seeds) also get `<metric>_seed_mean`, `<metric>_seed_sd` and `n_seeds` rows (no CI).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import DataError
-from lengthpred.metrics import UNDEFINED, MetricValue, evaluate, is_undefined, noise_ceiling
+from lengthpred.metrics import METRICS, UNDEFINED, MetricValue, evaluate, is_undefined, noise_ceiling
+from lengthpred.seeds import SEED_METRICS, seed_columns, seed_metric_name, spread
 
 RESULT_COLUMNS = (
     "experiment",
@@ -170,6 +173,7 @@ def score_predictions(
         rows.append(
             result_row(prov, head, split, "n_samples", float(g["n_samples"].mean()), None, None, len(g))
         )
+        rows += seed_rows(g, prov, head, split)
         if "n_parameters" in g.columns and pd.notna(g["n_parameters"].iloc[0]):
             rows.append(
                 result_row(
@@ -177,6 +181,25 @@ def score_predictions(
                 )
             )
     return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+
+
+def seed_rows(
+    g: pd.DataFrame, prov: Provenance, head: str, split: str, metrics: Sequence[str] = SEED_METRICS
+) -> list[dict]:
+    """Mean and sd over seeds of each metric, from a (head, split) group's `y_pred_seed<i>` columns;
+    none unless at least two seed columns are complete for the group (cross pairs carry no seeds)."""
+    cols = [c for c in seed_columns(g.columns) if g[c].notna().all()]
+    if len(cols) < 2:
+        return []
+    rows = []
+    for name in metrics:
+        values = [METRICS.get(name)(g["y_true"], g[c]) for c in cols]
+        sp = spread([None if is_undefined(v) else float(v) for v in values])
+        for stat, v in (("mean", sp.mean), ("sd", sp.sd)):
+            value = UNDEFINED if math.isnan(v) else v
+            rows.append(result_row(prov, head, split, seed_metric_name(name, stat), value, None, None, len(g)))
+    rows.append(result_row(prov, head, split, "n_seeds", float(len(cols)), None, None, len(g)))
+    return rows
 
 
 def ceiling_rows(

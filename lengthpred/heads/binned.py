@@ -1,12 +1,17 @@
 """Binned MLP heads on pooled prefill features: EGTP/ESTP (soft-label 20-bin head) and TRAIL's probe.
 
-Lengths are cut into `n_bins` equal-width bins over [0, max_length] (max_length=None: the training
-maximum). The MLP outputs bin logits; the prediction is Σ p̂_j c_j over bin centres c_j
-(`decode="expected"`) or the centre of the most likely bin (`decode="argmax"`).
+Bins (`binning`, fitted on the training targets in `fit`):
+- "quantile" (the default): edges at the training quantiles of y, so every bin holds about the same
+  share of prompts whatever the tail; each bin's centre c_j is the mean training length inside it.
+- "uniform": `n_bins` equal-width bins, centres at their midpoints (TRAIL's 10 bins over 0–512, EGTP's).
+  On long-tailed lengths (p90 ≪ max) most prompts land in the first bin and the head cannot rank.
+Both span [0, max_length] (max_length=None: the training maximum); a longer target counts in the last
+bin. The MLP outputs bin logits; the prediction is Σ p̂_j c_j (`decode="expected"`) or the centre of the
+most likely bin (`decode="argmax"`).
 
 Loss: ce_weight · CE(soft labels) + mse_weight · MSE(Σ p̂_j c_j / max_length, y / max_length). Soft labels
-are p_j ∝ exp(−|j − bin(y)|) (ForeLen); `soft_labels=False` gives one-hot labels (TRAIL). The MSE term
-is on lengths divided by max_length so that its weight means the same at any length scale.
+are p_j ∝ exp(−|j − bin(y)|) over bin indices (ForeLen); `soft_labels=False` gives one-hot labels (TRAIL).
+The MSE term is on lengths divided by max_length so that its weight means the same at any length scale.
 """
 
 from __future__ import annotations
@@ -34,6 +39,42 @@ def torch_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+BINNINGS = ("quantile", "uniform")
+
+
+def bin_edges(y: np.ndarray, n_bins: int, *, binning: str, max_length: float | None) -> np.ndarray:
+    """[n_bins + 1] non-decreasing edges over [min(0, y.min()), max_length or y.max()].
+
+    "quantile": inner edges at the quantiles k/n_bins of y (clipped to the span); ties (e.g. many capped
+    lengths) give zero-width bins, which no target falls in. "uniform": equal widths.
+    """
+    lo = min(0.0, float(y.min()))
+    hi = float(max_length) if max_length is not None else float(y.max())
+    if hi <= lo:
+        hi = lo + 1.0
+    if binning == "uniform":
+        return np.linspace(lo, hi, n_bins + 1)
+    inner = np.quantile(np.clip(y, lo, hi), np.linspace(0.0, 1.0, n_bins + 1)[1:-1])
+    return np.concatenate([[lo], inner, [hi]])
+
+
+def bin_index(y: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bin of each length: edges[j] <= y < edges[j + 1]; below the first bin → 0, beyond the last → the last."""
+    return np.clip(np.searchsorted(edges[1:-1], y, side="right"), 0, len(edges) - 2).astype(np.int64)
+
+
+def bin_centres(y: np.ndarray, edges: np.ndarray, *, binning: str) -> np.ndarray:
+    """Midpoints ("uniform"), or the mean training length in each bin ("quantile"; midpoint if empty)."""
+    mid = (edges[:-1] + edges[1:]) / 2
+    if binning == "uniform":
+        return mid
+    k = len(edges) - 1
+    idx = bin_index(y, edges)
+    sums = np.bincount(idx, weights=np.clip(y, edges[0], edges[-1]), minlength=k)
+    counts = np.bincount(idx, minlength=k)
+    return np.where(counts > 0, sums / np.maximum(counts, 1), mid)
 
 
 def build_mlp(d: int, hidden: int, k: int, *, layer_norm: bool, dropout: float) -> nn.Sequential:
@@ -64,6 +105,7 @@ class BinnedMLPHead(BaseHead):
         "epochs": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "max_length": [Interval(Real, 0, None, closed="neither"), None],
+        "binning": [StrOptions(set(BINNINGS))],
         "decode": [StrOptions({"expected", "argmax"})],
         "random_state": [Interval(Integral, 0, None, closed="left")],
         "n_threads": [Interval(Integral, 1, None, closed="left")],
@@ -84,6 +126,7 @@ class BinnedMLPHead(BaseHead):
         epochs: int = 10,
         batch_size: int = 16,
         max_length: float | None = None,
+        binning: str = "quantile",
         decode: str = "expected",
         random_state: int = 0,
         n_threads: int = 1,
@@ -100,6 +143,7 @@ class BinnedMLPHead(BaseHead):
         self.epochs = epochs
         self.batch_size = batch_size
         self.max_length = max_length
+        self.binning = binning
         self.decode = decode
         self.random_state = random_state
         self.n_threads = n_threads
@@ -130,12 +174,8 @@ class BinnedMLPHead(BaseHead):
         return self
 
     def _init_state(self, X: np.ndarray, y: np.ndarray) -> None:
-        lo = min(0.0, float(y.min()))
-        hi = float(self.max_length) if self.max_length is not None else float(y.max())
-        if hi <= lo:
-            hi = lo + 1.0
-        self.bin_edges_ = np.linspace(lo, hi, self.n_bins + 1)
-        self.bin_centres_ = (self.bin_edges_[:-1] + self.bin_edges_[1:]) / 2
+        self.bin_edges_ = bin_edges(y, self.n_bins, binning=self.binning, max_length=self.max_length)
+        self.bin_centres_ = bin_centres(y, self.bin_edges_, binning=self.binning)
         self.x_mean_ = X.mean(axis=0).astype(np.float32)
         std = X.std(axis=0).astype(np.float32)
         self.x_scale_ = np.where(std > 1e-6, std, 1.0).astype(np.float32)
@@ -152,8 +192,7 @@ class BinnedMLPHead(BaseHead):
         return build_mlp(d, hidden, self.n_bins, layer_norm=self.layer_norm, dropout=self.dropout)
 
     def _labels(self, y: np.ndarray) -> torch.Tensor:
-        width = self.bin_edges_[1] - self.bin_edges_[0]
-        idx = np.clip(((y - self.bin_edges_[0]) // width).astype(np.int64), 0, self.n_bins - 1)
+        idx = bin_index(y, self.bin_edges_)
         if not self.soft_labels:
             return torch.nn.functional.one_hot(torch.from_numpy(idx), self.n_bins).float()
         dist = np.abs(np.arange(self.n_bins)[None, :] - idx[:, None])  # [n, K]
@@ -203,7 +242,12 @@ class BinnedMLPHead(BaseHead):
     # -- persistence -------------------------------------------------------------------------------
     def _state(self):
         arrays = {f"mlp.{k}": v.detach().numpy() for k, v in self.module_.state_dict().items()}
-        arrays |= {"x_mean": self.x_mean_, "x_scale": self.x_scale_, "bin_edges": self.bin_edges_}
+        arrays |= {
+            "x_mean": self.x_mean_,
+            "x_scale": self.x_scale_,
+            "bin_edges": self.bin_edges_,
+            "bin_centres": self.bin_centres_,
+        }
         return arrays, {"n_features_in": self.n_features_in_, "n_epochs": self.n_epochs_}
 
     def _set_state(self, arrays, meta, path):
@@ -211,7 +255,11 @@ class BinnedMLPHead(BaseHead):
         self.n_epochs_ = int(meta["n_epochs"])
         self.x_mean_, self.x_scale_ = arrays["x_mean"], arrays["x_scale"]
         self.bin_edges_ = arrays["bin_edges"]
-        self.bin_centres_ = (self.bin_edges_[:-1] + self.bin_edges_[1:]) / 2
+        if "bin_centres" in arrays:
+            self.bin_centres_ = arrays["bin_centres"]
+        else:  # saved before `binning` existed: equal-width bins with midpoint centres
+            self.binning = "uniform"
+            self.bin_centres_ = (self.bin_edges_[:-1] + self.bin_edges_[1:]) / 2
         self.module_ = self._build(self.n_features_in_)
         state = {
             k.removeprefix("mlp."): torch.from_numpy(v) for k, v in arrays.items() if k.startswith("mlp.")
@@ -264,7 +312,8 @@ class ESTPHead(EGTPHead):
 
 @HEADS.register("probe")
 class ProbeHead(BinnedMLPHead):
-    """TRAIL's probe: Linear(d, 512) – ReLU – Linear(512, 10 equal-width bins), cross-entropy."""
+    """TRAIL's probe: Linear(d, 512) – ReLU – Linear(512, 10 bins), cross-entropy. TRAIL's own bins are
+    `binning="uniform", max_length=512`; the default here is quantile bins (robust to long tails)."""
 
     name = "probe"
 
@@ -283,6 +332,7 @@ class ProbeHead(BinnedMLPHead):
         epochs: int = 30,
         batch_size: int = 16,
         max_length: float | None = None,
+        binning: str = "quantile",
         decode: str = "expected",
         random_state: int = 0,
         n_threads: int = 1,

@@ -1,7 +1,14 @@
 """LEAP's linear readout (standardised features → ridge on log1p(length)) and the prompt-length baseline.
 
 Both are sklearn's `TransformedTargetRegressor(Pipeline([..., StandardScaler, Ridge]))`. Saving keeps only
-the numbers (scaler mean/scale, ridge coef/intercept/alpha) and `load` rebuilds the sklearn objects.
+the numbers (scaler mean/scale, ridge coef/intercept/alpha, smearing factor) and `load` rebuilds the
+sklearn objects.
+
+Back-transform (target="log1p"): `back_transform="mean"` (default) predicts the expected length with
+Duan's smearing estimator, ŷ = S · exp(ẑ) − 1, S = mean of exp(leave-one-out residual) on the training
+rows (lengthpred.heads.smearing); "median" predicts expm1(ẑ), the length at the centre of the log-scale
+errors (lower MAE on skewed lengths, but biased low as an expected length). The RLS head
+(lengthpred.online.rls) continues the readout with the plain expm1.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, check_targets
+from lengthpred.heads.smearing import ridge_loo_residuals, smeared_expm1, smearing_factor
 
 DEFAULT_ALPHAS = (0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5)
 
@@ -35,6 +43,7 @@ class LinearHead(BaseHead):
     set (RidgeCV). `scripts/train.py` instead selects it on the validation split (`select:` in the
     head config). target: "log1p" fits log1p(length) and predicts expm1 (lengths must be ≥ 0);
     "raw" fits tokens directly. log_features: apply log1p to X first (the prompt-length baseline).
+    back_transform: "mean" (smearing, `smearing_` = S) or "median" (expm1, S = 1); module docstring.
     """
 
     name = "linear"
@@ -44,6 +53,7 @@ class LinearHead(BaseHead):
         "alphas": ["array-like"],
         "target": [StrOptions({"log1p", "raw"})],
         "log_features": ["boolean"],
+        "back_transform": [StrOptions({"mean", "median"})],
     }
 
     def __init__(
@@ -53,11 +63,13 @@ class LinearHead(BaseHead):
         alphas: tuple[float, ...] | list[float] = DEFAULT_ALPHAS,
         target: str = "log1p",
         log_features: bool = False,
+        back_transform: str = "mean",
     ) -> None:
         self.alpha = alpha
         self.alphas = alphas
         self.target = target
         self.log_features = log_features
+        self.back_transform = back_transform
 
     def _pipeline(
         self, ridge: Ridge | RidgeCV, scaler: StandardScaler | None = None
@@ -82,12 +94,24 @@ class LinearHead(BaseHead):
         self.alpha_ = float(self.alpha if self.alpha is not None else fitted.alpha_)
         self.coef_ = np.asarray(fitted.coef_, dtype=np.float64)
         self.intercept_ = float(fitted.intercept_)
+        self.smearing_ = self._smearing(X, y)
         return self
+
+    def _smearing(self, X: np.ndarray, y: np.ndarray) -> float:
+        """Duan's S on the ridge's exact leave-one-out log residuals (1.0 for "median" or a raw target)."""
+        if self.target != "log1p" or self.back_transform == "median":
+            return 1.0
+        Z = self.model_.regressor_[:-1].transform(X)  # what the ridge saw: [log1p →] scaler
+        resid = np.log1p(y) - (Z @ self.coef_ + self.intercept_)
+        return smearing_factor(ridge_loo_residuals(Z, resid, self.alpha_))
 
     def predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        return np.asarray(self.model_.predict(X), dtype=np.float64)
+        if self.target != "log1p":
+            return np.asarray(self.model_.predict(X), dtype=np.float64)
+        z = self.model_.regressor_.predict(X)  # log1p scale
+        return smeared_expm1(z, self.smearing_)
 
     # The readout in the standardised space is what RLS (online adaptation) continues from.
     @property
@@ -103,7 +127,7 @@ class LinearHead(BaseHead):
             "ridge.coef": self.coef_,
             "ridge.intercept": np.array([self.intercept_]),
         }
-        return arrays, {"alpha_": self.alpha_, "n_features_in": self.n_features_in_}
+        return arrays, {"alpha_": self.alpha_, "n_features_in": self.n_features_in_, "smearing": self.smearing_}
 
     def _set_state(self, arrays, meta, path):
         d = int(meta["n_features_in"])
@@ -125,6 +149,7 @@ class LinearHead(BaseHead):
         model._training_dim = 1
         self.model_ = model
         self.alpha_, self.coef_, self.intercept_ = float(meta["alpha_"]), ridge.coef_, ridge.intercept_
+        self.smearing_ = float(meta.get("smearing", 1.0))  # heads saved before smearing predicted expm1
         self.n_features_in_ = d
 
     @property
@@ -148,5 +173,8 @@ class PromptLenHead(LinearHead):
         alphas: tuple[float, ...] | list[float] = DEFAULT_ALPHAS,
         target: str = "log1p",
         log_features: bool = True,
+        back_transform: str = "mean",
     ) -> None:
-        super().__init__(alpha=alpha, alphas=alphas, target=target, log_features=log_features)
+        super().__init__(
+            alpha=alpha, alphas=alphas, target=target, log_features=log_features, back_transform=back_transform
+        )

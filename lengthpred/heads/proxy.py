@@ -1,6 +1,9 @@
 """Proxy-model heads: a small encoder (the embedded all-MiniLM-L6-v2) fine-tuned on the prompt text.
 
-`proxy_reg` (SSJF): regression of standardised log1p(length). `proxy_cls` (S3): classification into
+`proxy_reg` (SSJF): regression of standardised log1p(length), back-transformed to the expected length
+with Duan's smearing factor S (mean of exp(log residual) on the training prompts, `smearing_`;
+lengthpred.heads.smearing): ŷ = S · exp(ẑ) − 1. In-sample residuals: a leave-one-out refit of a
+fine-tuned encoder is out of reach, so S is, if anything, too small. `proxy_cls` (S3): classification into
 `n_buckets` equal-frequency length buckets, prediction Σ p̂_j · (median length of bucket j).
 `proxy_rank` (LTR): ListMLE ranking loss on groups of `group_size` prompts; its scores are mapped to
 tokens by a monotone map fitted on the training set (score quantile → length quantile), so the ranking
@@ -26,6 +29,7 @@ from tqdm.auto import tqdm
 
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, check_targets
 from lengthpred.heads.binned import torch_threads
+from lengthpred.heads.smearing import smeared_expm1, smearing_factor
 
 ENCODER_DIR = "encoder"
 
@@ -210,9 +214,11 @@ class ProxyHead(BaseHead):
         return out[:, 0].numpy()
 
     def _calibrate(self, raw: np.ndarray, y: np.ndarray) -> None:
-        """Monotone score → tokens map (used by `rank`; identity data kept for the others)."""
+        """Monotone score → tokens map (used by `rank`; identity data kept for the others); `reg`'s
+        smearing factor from the training predictions (`raw` = expm1(ẑ))."""
         self.calib_scores_ = np.sort(raw)
         self.calib_tokens_ = np.sort(y)
+        self.smearing_ = smearing_factor(np.log1p(y) - np.log1p(raw)) if self.objective == "reg" else 1.0
 
     def predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
@@ -221,6 +227,8 @@ class ProxyHead(BaseHead):
             raw = self._raw_predict(texts)
         if self.objective == "rank":
             return np.interp(raw, self.calib_scores_, self.calib_tokens_)
+        if self.objective == "reg":
+            return smeared_expm1(np.log1p(raw), self.smearing_)
         return raw
 
     # -- persistence ---------------------------------------------------------------------------------
@@ -233,6 +241,7 @@ class ProxyHead(BaseHead):
             "calib_scores": self.calib_scores_,
             "calib_tokens": self.calib_tokens_,
             "target_stats": np.array([self.target_mean_, self.target_std_]),
+            "smearing": np.array([self.smearing_]),
         }
         return arrays, {"fit_seconds": self.fit_seconds_}
 
@@ -254,6 +263,7 @@ class ProxyHead(BaseHead):
         self.bucket_edges_, self.bucket_values_ = arrays["bucket_edges"], arrays["bucket_values"]
         self.calib_scores_, self.calib_tokens_ = arrays["calib_scores"], arrays["calib_tokens"]
         self.target_mean_, self.target_std_ = (float(v) for v in arrays["target_stats"])
+        self.smearing_ = float(arrays["smearing"][0]) if "smearing" in arrays else 1.0  # older saves: expm1
         self.fit_seconds_ = float(meta["fit_seconds"])
 
     @property

@@ -1,8 +1,10 @@
 """The `scripts/train.py` stage: load prompts/splits/targets/features for a config, train one head, write
 metrics.json, the saved head and predictions.parquet into the run directory.
 
-After the in-domain fit, the same head (same config and val-based selection) is fitted per cross-domain
-pair of splits.json (lengthpred.heads.cross) unless the root `cross_domain` key switches that off."""
+The in-domain fit runs over `head.n_seeds` seeds (lengthpred.seeds; default 1) and keeps the first seed's
+head. After it, the same head (same config and val-based selection, first seed only) is fitted per
+cross-domain pair of splits.json (lengthpred.heads.cross) unless the root `cross_domain` key switches that
+off."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from lengthpred.heads.assemble import (
 from lengthpred.heads.base import HEADS, LabeledSet
 from lengthpred.heads.cross import CROSS_MODES, cross_mode, fit_cross, select_cross
 from lengthpred.heads.training import build_head, head_params, predictions_frame, run_training, score
+from lengthpred.seeds import SEED_METRICS, seed_columns, seed_metric_name, spread
 
 log = logging.getLogger("lengthpred.heads")
 PREDICTIONS = "predictions.parquet"
@@ -158,7 +161,13 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
     head_cfg = OmegaConf.to_container(cfg.head, resolve=True) | {"feature": feature}
     with threadpool_limits(limits=1, user_api="blas"):  # see lengthpred.heads.cross: small fits, busy cores
         head, metrics, preds = run_training(
-            name, head_cfg, sets["train"], sets["val"], sets["test"], split=per_domain_split_names(sets["test"])
+            name,
+            head_cfg,
+            sets["train"],
+            sets["val"],
+            sets["test"],
+            split=per_domain_split_names(sets["test"]),
+            n_seeds=int(head_cfg.get("n_seeds") or 1),  # in-domain only: the cross pairs use the first seed
         )
     metrics["per_domain"] = _per_domain(preds)
     frames = [preds]
@@ -207,9 +216,18 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
 
 
 def _per_domain(preds: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Scores per domain (first seed), with mean ± sd over seeds when the frame has seed columns."""
     out = {}
+    cols = seed_columns(preds.columns)
     for dom, g in preds.groupby("domain"):
-        m = score(g["y_true"].to_numpy(), g["y_pred"].to_numpy()) if g["y_true"].nunique() > 1 else {}
+        m: dict[str, Any] = {}
+        if g["y_true"].nunique() > 1:
+            m = score(g["y_true"].to_numpy(), g["y_pred"].to_numpy())
+            per_seed = [score(g["y_true"].to_numpy(), g[c].to_numpy()) for c in cols]
+            for metric in SEED_METRICS if len(cols) > 1 else ():
+                sp = spread([s[metric] for s in per_seed])
+                m[seed_metric_name(metric, "mean")] = sp.mean
+                m[seed_metric_name(metric, "sd")] = sp.sd
         out[str(dom)] = {**m, "n": len(g)}
     return out
 

@@ -5,6 +5,11 @@ every combination is fitted on train and the one with the best validation Spearm
 on ties; no refit on train+val, so val stays a clean selection set). Without a usable val split
 (absent or < 2 distinct lengths) the configured params are used as they are.
 
+Seeds: with `n_seeds > 1` the whole fit-and-select procedure runs once per seed (`random_state`,
+`random_state + 1`, …; lengthpred.seeds). The first seed's head is the one returned, saved and scored
+with a bootstrap CI; every seed's test predictions go into the predictions frame (`y_pred_seed<i>`) and
+its test scores into `metrics["seeds"]`, summarised as `<metric>_seed_mean` / `<metric>_seed_sd`.
+
 Censoring (one rule for every head): a capped generation counts as the cap, a lower bound; prompts
 with any capped sample are counted in `n_capped_*` of the metrics.
 """
@@ -22,6 +27,7 @@ import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.heads.base import HEADS, BaseHead, LabeledSet
+from lengthpred.seeds import SEED_METRICS, seed_column, seed_list, seed_metric_name, spread
 
 PREDICTION_COLUMNS = ["head", "split", "id", "domain", "y_true", "y_pred", "n_samples", "capped_frac"]
 
@@ -93,12 +99,17 @@ def _candidates(select: Mapping[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def predictions_frame(
-    head: str, split: str | Sequence[str], data: LabeledSet, y_pred: np.ndarray
+    head: str,
+    split: str | Sequence[str],
+    data: LabeledSet,
+    y_pred: np.ndarray,
+    seed_preds: Sequence[np.ndarray] = (),
 ) -> pd.DataFrame:
-    """Rows of predictions.parquet (docs/DESIGN.md "Predictions file"); `split`: one name or one per row."""
+    """Rows of predictions.parquet (docs/DESIGN.md "Predictions file"); `split`: one name or one per row;
+    `seed_preds`: every seed's predictions (first seed first), written as `y_pred_seed<i>` columns."""
     n = len(data)
     domains = data.inputs.domains if data.inputs.domains is not None else [""] * n
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "head": head,
             "split": split if isinstance(split, str) else list(split),
@@ -115,12 +126,50 @@ def predictions_frame(
         },
         columns=PREDICTION_COLUMNS,
     )
+    for i, pred in enumerate(seed_preds):
+        frame[seed_column(i)] = np.asarray(pred, dtype=np.float64)
+    return frame
 
 
 def _n_capped(data: LabeledSet | None) -> int:
     if data is None or data.capped_frac is None:
         return 0
     return int(np.sum(np.asarray(data.capped_frac) > 0))
+
+
+def _fit_selected(
+    head_name: str,
+    params: dict[str, Any],
+    candidates: list[dict[str, Any]],
+    train: LabeledSet,
+    val: LabeledSet | None,
+    use_val: bool,
+) -> tuple[float, BaseHead, dict[str, Any]]:
+    """Fit every candidate on train and keep the best validation Spearman (the first candidate alone
+    without a usable val split): (val Spearman or NaN, fitted head, chosen candidate)."""
+    kind = HEADS.get(head_name).input_kind
+    x_train = train.inputs.x_for(kind)
+    best: tuple[float, BaseHead, dict[str, Any]] | None = None
+    for cand in candidates if use_val else candidates[:1]:
+        head = build_head(head_name, **(params | cand)).fit(x_train, train.y)
+        if not use_val:
+            return math.nan, head, cand
+        assert val is not None
+        rho = score(val.y, head.predict(val.inputs.x_for(kind)))["spearman"]
+        rho = -math.inf if rho is None else rho
+        if best is None or rho > best[0]:
+            best = (rho, head, cand)
+    assert best is not None
+    return best
+
+
+def _seed_params(head_name: str, params: dict[str, Any], n_seeds: int) -> list[dict[str, Any]]:
+    """One params dict per seed; more than one seed needs a head with a `random_state`."""
+    if n_seeds == 1:
+        return [params]
+    if "random_state" not in HEADS.get(head_name)().get_params():
+        raise ConfigError(f"head {head_name!r} has no random_state: n_seeds={n_seeds} would refit one model")
+    return [params | {"random_state": s} for s in seed_list(params.get("random_state", 0), n_seeds)]
 
 
 def run_training(
@@ -132,8 +181,10 @@ def run_training(
     *,
     split: str | Sequence[str] = "test",
     label: str | None = None,
+    n_seeds: int = 1,
 ) -> tuple[BaseHead, dict[str, Any], pd.DataFrame]:
-    """Fit `head_name` on train (selecting `head_cfg.select` on val), predict test.
+    """Fit `head_name` on train (selecting `head_cfg.select` on val), predict test; with `n_seeds > 1`, the
+    same per seed (module docstring), keeping the first seed's head.
 
     Returns (fitted head, metrics dict, predictions DataFrame with one row per test prompt, split name(s)
     `split` (one, or one per test row), head name `label or head_name`). All data checks run before the
@@ -144,6 +195,7 @@ def run_training(
     candidates = _candidates(head_cfg.get("select"))
     for cand in candidates:
         build_head(head_name, **(params | cand))  # bad keys fail before any work
+    seed_params = _seed_params(head_name, params, int(n_seeds))
     validate_set("train", train, klass, need_ranking=False)
     validate_set("test", test, klass, need_ranking=True)
     use_val = val is not None and len(val) > 0 and len(candidates) > 1
@@ -159,23 +211,13 @@ def run_training(
         if len(set(d.values())) > 1:
             raise DataError(f"feature widths differ between splits: {d}")
 
-    x_train = train.inputs.x_for(klass.input_kind)
-    best: tuple[float, BaseHead, dict[str, Any]] | None = None
-    t0 = time.perf_counter()
-    for cand in candidates if use_val else candidates[:1]:
-        head = build_head(head_name, **(params | cand)).fit(x_train, train.y)
-        if not use_val:
-            best = (math.nan, head, cand)
-            break
-        rho = score(val.y, head.predict(val.inputs.x_for(klass.input_kind)))["spearman"]
-        rho = -math.inf if rho is None else rho
-        if best is None or rho > best[0]:
-            best = (rho, head, cand)
-    fit_seconds = time.perf_counter() - t0
-    assert best is not None
-    val_rho, head, chosen = best
-
-    y_pred = head.predict(test.inputs.x_for(klass.input_kind))
+    x_test = test.inputs.x_for(klass.input_kind)
+    fits: list[tuple[float, BaseHead, dict[str, Any], np.ndarray, float]] = []
+    for p in seed_params:
+        t0 = time.perf_counter()
+        val_rho, head, chosen = _fit_selected(head_name, p, candidates, train, val, use_val)
+        fits.append((val_rho, head, chosen, head.predict(x_test), time.perf_counter() - t0))
+    val_rho, head, chosen, y_pred, fit_seconds = fits[0]
     metrics: dict[str, Any] = {
         **score(test.y, y_pred),
         "head": label or head_name,
@@ -196,4 +238,29 @@ def run_training(
         "n_candidates": len(candidates) if use_val else 1,
         "fit_seconds": round(fit_seconds, 3),
     }
-    return head, metrics, predictions_frame(label or head_name, split, test, y_pred)
+    seed_preds: list[np.ndarray] = []
+    if len(fits) > 1:
+        metrics |= _seed_summary(test.y, fits)
+        seed_preds = [f[3] for f in fits]
+    return head, metrics, predictions_frame(label or head_name, split, test, y_pred, seed_preds)
+
+
+def _seed_summary(y_test: np.ndarray, fits: Sequence[tuple]) -> dict[str, Any]:
+    """metrics.json keys of a multi-seed fit: per-seed test scores and their mean ± sd."""
+    per_seed = [
+        {
+            "random_state": head.get_params()["random_state"],
+            **score(y_test, y_pred),
+            "val_spearman": rho if math.isfinite(rho) else None,
+            "selected": chosen,
+            "fit_seconds": round(secs, 3),
+        }
+        for rho, head, chosen, y_pred, secs in fits
+    ]
+    out: dict[str, Any] = {"n_seeds": len(fits), "seeds": per_seed}
+    for m in SEED_METRICS:
+        sp = spread([s[m] for s in per_seed])
+        out[seed_metric_name(m, "mean")] = sp.mean if math.isfinite(sp.mean) else None
+        out[seed_metric_name(m, "sd")] = sp.sd if math.isfinite(sp.sd) else None
+    out["fit_seconds_seeds"] = round(sum(f[4] for f in fits), 3)
+    return out

@@ -8,6 +8,11 @@ sklearn's `Ridge(fit_intercept=True)` (which centres X and y), so with forgettin
 `fit(A).partial_fit(B)` is the ridge solution on A∪B in A's standardised space:
     z = [x_std, 1],  P₀ = (ZᵀZ + diag(α,…,α,0))⁻¹,  θ₀ = P₀ Zᵀ log1p(y).
 
+Targets: one rule for `fit` and `partial_fit`: a length must be finite and >= 0 (an answer that ends at
+once is a real 0-token length; log1p(0) = 0). Prediction is expm1 of the log1p-scale readout, the length
+at the centre of the log-scale errors; unlike the offline `linear` head's default it has no smearing
+factor (lengthpred.heads.smearing), since the residual distribution moves with every update.
+
 Storage: P = c·M with only M's upper triangle kept current (BLAS `dsymv`/`dsyr`), so P is symmetric by
 construction, an update costs about one and a half passes over a d×d matrix, and the division by λ is a
 scalar (`c ← c/λ`) instead of a pass. Blow-up guard: when trace(P) exceeds `trace_cap`·trace(P₀) (the
@@ -44,8 +49,9 @@ class RLSRegressor:
     """Ridge readout on log1p(length) updated online by recursive least squares with forgetting.
 
     `fit(X, y)` is the offline ridge fit (and resets state); `partial_fit(X, y)` applies one RLS step per
-    valid row, in order. Rows with a missing, non-finite or non-positive length, non-finite features, or
-    a wrong feature count are skipped and counted in `rejected_` (state unchanged for them).
+    valid row, in order. Rows with a missing, non-finite or negative length, non-finite features, or a
+    wrong feature count are skipped and counted in `rejected_` (state unchanged for them); a length of 0
+    is valid, as in `fit`.
     """
 
     _keeps_P = True  # baselines that never use P skip its O(d³) inverse
@@ -114,7 +120,8 @@ class RLSRegressor:
     @classmethod
     def from_linear_head(cls, head: Any, X: np.ndarray, **params: Any) -> RLSRegressor:
         """Warm start from a fitted `linear` head (lengthpred.heads): its scaler, alpha and weights;
-        P₀ from X, the rows it was fitted on. Equals `cls(alpha=head.alpha_).fit(X, y)` (tested)."""
+        P₀ from X, the rows it was fitted on. Equals `cls(alpha=head.alpha_).fit(X, y)` (tested). The
+        head's smearing factor is not carried over: RLS predicts expm1 of the readout (module docstring)."""
         if getattr(head, "target", "log1p") != "log1p" or getattr(head, "log_features", False):
             raise ConfigError("RLS continues a linear head with target='log1p' and log_features=False only")
         est = cls(alpha=float(head.alpha_), **params)
@@ -184,7 +191,7 @@ class RLSRegressor:
     def _valid_rows(self, X: np.ndarray, y: np.ndarray, d: int) -> np.ndarray:
         if X.ndim != 2 or X.shape[1] != d or len(y) != len(X):
             return np.zeros(max(len(X), len(y)), dtype=bool)
-        return np.isfinite(X).all(axis=1) & np.isfinite(y) & (y > 0)
+        return np.isfinite(X).all(axis=1) & np.isfinite(y) & (y >= 0)  # the same rule as fit
 
     def _step(self, z: np.ndarray, t: float) -> None:
         lam = float(self.forgetting)
