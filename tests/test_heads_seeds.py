@@ -110,3 +110,13 @@ def test_train_stage_fits_seeds_in_domain_only(trace_run):  # noqa: F811
     assert seed_columns(preds.columns) == ["y_pred_seed0", "y_pred_seed1", "y_pred_seed2"]
     res = score_predictions(preds, PROV, ["spearman"], n_boot=0)
     assert (res["metric"] == "spearman_seed_mean").any()
+
+
+def test_small_forelen_subsets_are_not_scored():
+    from lengthpred.heads.assemble import MIN_SUBSET, forelen_ids
+
+    splits = {"forelen": {"rl": [f"r{i}" for i in range(MIN_SUBSET + 2)], "longseq": ["a", "b"]}}
+    out = forelen_ids(splits, exclude={"r0", "r1", "r2"})
+    assert list(out) == []  # 29 left after removing seen prompts
+    out = forelen_ids(splits, exclude={"r0"})
+    assert list(out) == ["forelen/rl"] and len(out["forelen/rl"]) == MIN_SUBSET + 1

@@ -7,6 +7,7 @@ subsets are extra test sets (ids that are in train are dropped from them).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,8 @@ from lengthpred.errors import DataError
 from lengthpred.heads.base import HeadInput, LabeledSet
 
 TARGET_COLUMNS = ("y", "target", "y_true", "length", "mean")
+
+log = logging.getLogger(__name__)
 
 
 def prompt_text(messages: Sequence[Mapping[str, str]]) -> str:
@@ -85,11 +88,22 @@ def indomain_ids(splits: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
+MIN_SUBSET = 30  # a ForeLen subset with fewer prompts gives intervals too wide to read (e.g. [58, 58])
+
+
 def forelen_ids(splits: Mapping[str, Any], exclude: set[str]) -> dict[str, list[str]]:
-    subsets = splits.get("forelen") or {}
-    return {
-        f"forelen/{k}": [i for i in v if i not in exclude] for k, v in subsets.items() if isinstance(v, list)
-    }
+    """ForeLen subsets (minus `exclude`, the ids a head trained or selected on) that hold at least
+    MIN_SUBSET prompts; smaller ones are logged and not scored."""
+    out = {}
+    for k, v in (splits.get("forelen") or {}).items():
+        if not isinstance(v, list):
+            continue
+        ids = [i for i in v if i not in exclude]
+        if len(ids) >= MIN_SUBSET:
+            out[f"forelen/{k}"] = ids
+        elif v:
+            log.warning("forelen/%s: %d prompts left (< %d): not scored", k, len(ids), MIN_SUBSET)
+    return out
 
 
 def labeled_set(
