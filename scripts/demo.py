@@ -45,6 +45,8 @@ def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
         ("adapt", ["adapt.py"]),
         ("costs", ["measure_costs.py"]),
         ("simulate", ["simulate.py"]),
+        ("traces", ["simulate_traces.py"]),  # real serving traces: policies, gain vs Spearman (outputs not sched_*)
+        ("batching", ["simulate_batching.py"]),  # static batches: padding and useful throughput per head
         ("evaluate", ["evaluate.py"]),
         ("tables", ["make_tables.py"]),
     ]

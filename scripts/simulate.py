@@ -27,31 +27,10 @@ from lengthpred.errors import ConfigError
 from lengthpred.sched import experiment as ex
 from lengthpred.sched import sources
 from lengthpred.sched.hardware import get_profile
+from lengthpred.sched.head_pool import has_predictions, request_targets
 from lengthpred.tracking import Tracker, tracked
 
 log = logging.getLogger("lengthpred")
-
-
-def request_targets(cfg: DictConfig) -> tuple[dict[str, list[int]], dict[str, int] | None]:
-    """Each prompt's sampled lengths (capped ones as the cap) and prompt token count, from the targets of
-    `lengthpred.targets.load_targets` (merged generations, else the reference trace); counts are None when
-    that source does not record them."""
-    from lengthpred.targets import load_targets, read_reference
-
-    targets = load_targets(cfg)
-    samples = {str(i): [int(x) for x in v] for i, v in targets["lengths"].items()}
-    where = Path(targets.attrs["source"])
-    if where.is_file():
-        rows = read_reference(where)[0]
-    else:
-        from lengthpred.generate import load_generations
-
-        rows = load_generations(where).to_pandas()
-    if "prompt_tokens" not in rows.columns:
-        log.warning("%s records no prompt token counts", where)
-        return samples, None
-    tokens = rows.groupby(rows["id"].astype(str))["prompt_tokens"].first()  # the same for every sample
-    return samples, {str(i): int(n) for i, n in tokens.items()}
 
 
 def load_source(cfg: DictConfig) -> sources.LengthSource:
@@ -59,9 +38,7 @@ def load_source(cfg: DictConfig) -> sources.LengthSource:
     s = sc.source
     kind = s.kind
     if kind == "auto":
-        p = Path(s.predictions_path)
-        has = p.is_file() or (p.is_dir() and any(p.rglob("predictions.parquet")))
-        kind = "predictions" if has else "castillo"
+        kind = "predictions" if has_predictions(s.predictions_path) else "castillo"
         log.info("sched.source.kind=auto → %s", kind)
     if kind == "predictions":
         samples, tokens = request_targets(cfg) if s.samples else (None, None)

