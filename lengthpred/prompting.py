@@ -6,11 +6,12 @@ Generation and feature extraction must see the same tokens, so both call `encode
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 
 from lengthpred.errors import DataError
 
 Overflow = Literal["reject", "truncate"]
+T = TypeVar("T")
 
 
 class PromptTooLong(DataError):
@@ -43,5 +44,12 @@ def encode_prompt(
         raise PromptTooLong(f"prompt {prompt_id}: {len(ids)} tokens > max_prompt_tokens={max_prompt_tokens}")
     if overflow != "truncate":
         raise DataError(f"overflow={overflow!r}: use 'reject' or 'truncate'")
+    return truncate(ids, max_prompt_tokens)
+
+
+def truncate(seq: Sequence[T], max_prompt_tokens: int) -> list[T]:
+    """The positions `encode_prompt` keeps of an over-long prompt (ids, or anything aligned with them)."""
+    if len(seq) <= max_prompt_tokens:
+        return list(seq)
     tail = min(32, max_prompt_tokens // 2)
-    return ids[: max_prompt_tokens - tail] + ids[-tail:]
+    return list(seq[: max_prompt_tokens - tail]) + list(seq[len(seq) - tail :])

@@ -1,4 +1,5 @@
-"""Stored pooled features equal a slow reference from output_hidden_states/output_attentions (eager)."""
+"""Stored pooled features equal a slow reference from output_hidden_states/output_attentions (eager), for
+every span, attention normalisation and fusion score."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 import torch
 
 from lengthpred.features import FeatureSettings, extract_features, load_features
-from lengthpred.features.settings import _FUSED
+from lengthpred.features.settings import _FUSED, LEGACY_POOLING
+from lengthpred.features.span import encode_with_span
 from lengthpred.prompting import encode_prompt
 
 PROMPTS = [
@@ -43,29 +45,57 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
+def _rank_z(x: np.ndarray) -> np.ndarray:
+    return _z(np.argsort(np.argsort(x, kind="stable"), kind="stable").astype(float))
+
+
+# (span, drop_sink, attn_norm, fuse_on): the stores made before these options, the defaults, the others
+VARIANTS = {"legacy": tuple(LEGACY_POOLING.values()), "default": ("content", False, "lift", "log"),
+            "other": ("all", True, "per_query", "rank")}
+
+
+def variant(name: str) -> dict:
+    return dict(zip(LEGACY_POOLING, VARIANTS[name], strict=True))
+
+
 def reference(model_eager, tokenizer, prompt: dict, s: FeatureSettings) -> dict[str, np.ndarray]:
     """Features of one prompt, unbatched, from the model's own outputs (float64 maths)."""
-    ids = encode_prompt(tokenizer, prompt["messages"])
+    if s.span == "content":
+        ids, span = encode_with_span(tokenizer, prompt["messages"])
+        span = np.array(span)
+    else:
+        ids = encode_prompt(tokenizer, prompt["messages"])
+        span = np.arange(len(ids)) >= (1 if s.drop_sink else 0)
+    t = len(ids)
     with torch.no_grad():
         out = model_eager(torch.tensor([ids]), output_hidden_states=True, output_attentions=True)
     logits = out.logits[0].double()
     logp = torch.log_softmax(logits, -1)
     ent = (-(logp.exp() * logp).sum(-1)).numpy()  # [T]
-    att = sum(out.attentions[i][0].double().sum(dim=(0, 1)) for i in ATTN_LAYERS).numpy()  # received [T]
-    att = att / att.sum()
-    w = {"last": np.eye(len(ids))[-1], "mean": np.full(len(ids), 1 / len(ids)), "entropy": _softmax(ent),
-         "attn": att}
+    a = sum(out.attentions[i][0].double().sum(dim=0) for i in ATTN_LAYERS).numpy()  # [query, key]
+    if s.attn_norm == "lift":
+        a = a * np.arange(1, t + 1)[:, None]  # query i sees i + 1 keys: uniform attention gives 1 / (i + 1)
+    att = a.sum(0) if s.attn_norm == "sum" else a.sum(0) / (t - np.arange(t))  # t - j queries see key j
+    att = att[span] / att[span].sum()
+    hs, es = ent[span], att
+    if s.fuse_on == "rank":
+        zh, za = _rank_z(hs), _rank_z(es)
+    else:
+        zh, za = _z(hs), _z(np.log(es) if s.fuse_on == "log" else es)
+    w = {"mean": np.full(span.sum(), 1 / span.sum()), "entropy": _softmax(hs), "attn": att}
     for f in s.fused:
-        a = _FUSED.match(f).group("alpha")
-        if a is not None:
-            w[f"fused_{f}"] = _softmax(float(a) * _z(ent) + (1 - float(a)) * _z(att))
+        alpha = _FUSED.match(f).group("alpha")
+        if alpha is not None:
+            w[f"fused_{f}"] = _softmax(float(alpha) * zh + (1 - float(alpha)) * za)
         else:
-            p = _softmax(ent) * att
+            p = _softmax(hs) * att
             w[f"fused_{f}"] = p / p.sum()
-    ref = {"n_prompt_tokens": np.array([len(ids)]), "entropy.mean": np.array([ent.mean()])}
+    ref = {"n_prompt_tokens": np.array([t]), "entropy.mean": np.array([hs.mean()])}
     for layer, h in enumerate(out.hidden_states):
+        h = h[0].double().numpy()
+        ref[f"hs.L{layer}.last"] = h[-1]
         for name, wt in w.items():
-            ref[f"hs.L{layer}.{name}"] = wt @ h[0].double().numpy()
+            ref[f"hs.L{layer}.{name}"] = wt @ h[span]
     return ref
 
 
@@ -92,13 +122,15 @@ def sdpa_model():
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_pooled_features_equal_slow_reference(sdpa_model, eager_model, tokenizer, tmp_path, side):
-    s = settings(padding_side=side)
+@pytest.mark.parametrize("pooling", list(VARIANTS))
+def test_pooled_features_equal_slow_reference(sdpa_model, eager_model, tokenizer, tmp_path, side, pooling):
+    s = settings(padding_side=side, **variant(pooling))
     root = extract_features(s, sdpa_model, tokenizer, PROMPTS, out_dir=tmp_path / side, model_name="tiny",
                             progress=False)
     fs = load_features(root)
     assert fs.ids == sorted(p["id"] for p in PROMPTS)
     assert len(fs.names) == 5 * 6 + 2  # 5 hidden_states indices × 6 pools + 2 scalars
+    assert fs.pooling == s.pooling
     by_id = {p["id"]: p for p in PROMPTS}
     assert np.ptp(fs.get("entropy.mean")) > 0.1  # the entropy weights are not trivially uniform
     got = {name: fs.get(name) for name in fs.names}
@@ -106,8 +138,8 @@ def test_pooled_features_equal_slow_reference(sdpa_model, eager_model, tokenizer
         ref = reference(eager_model, tokenizer, by_id[pid], s)
         assert set(ref) == set(fs.names)
         for name, want in ref.items():
-            scale = 1.0 + np.abs(want).max()  # float32 maths vs float64: tolerance relative to the vector
-            np.testing.assert_allclose(got[name][r], want, rtol=1e-4, atol=2e-6 * scale, err_msg=f"{pid} {name}")
+            scale = 1.0 + np.abs(want).max()  # float32 sdpa vs float64 eager: tolerance relative to the vector
+            np.testing.assert_allclose(got[name][r], want, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{pid} {name}")
 
 
 def test_left_and_right_padding_agree_and_hooks_removed(sdpa_model, tokenizer, tmp_path):
@@ -129,11 +161,12 @@ def test_float16_storage_and_token_states(tiny_model, tokenizer, tmp_path):
     fs = load_features(extract_features(s, tiny_model, tokenizer, PROMPTS, out_dir=tmp_path, progress=False))
     assert fs.get("hs.L4.last").dtype == np.float32 and fs.get("hs.L4.last").shape == (6, 64)
     assert "hs.L1.last" not in fs.names and "hs.L0.mean" in fs.names
-    ids = encode_prompt(tokenizer, PROMPTS[3]["messages"])
+    ids, content = encode_with_span(tokenizer, PROMPTS[3]["messages"])
     tok = fs.token_states(2, "p03")
-    assert tok.shape == (len(ids), 64)
-    # mean of the stored token states is the stored mean pool (float16 rounding)
-    np.testing.assert_allclose(tok.mean(0), fs.subset(["p03"]).get("hs.L2.mean")[0], atol=2e-3)
+    assert tok.shape == (len(ids), 64) and 0 < sum(content) < len(ids)
+    # mean of the stored content-token states is the stored mean pool (float16 rounding)
+    np.testing.assert_allclose(tok[content].mean(0), fs.subset(["p03"]).get("hs.L2.mean")[0], atol=2e-3)
+    np.testing.assert_array_equal(fs.subset(["p03"]).token_inputs(2)[0][:, :64], tok[content])
 
 
 def test_no_attention_needed_skips_attention_capture(tiny_model, tokenizer, tmp_path, monkeypatch):
@@ -167,8 +200,9 @@ def test_real_model_last_and_first_layers_match_output_hidden_states(tmp_path):
 
 
 def test_token_inputs_carry_entropy_and_attention_that_rebuild_the_fused_pool(sdpa_model, tokenizer, tmp_path):
-    """The token-level file holds per-token entropy and attention received: re-pooling the stored states
-    with softmax(a z(H) + (1-a) z(A)) from them gives the stored fused column (what a learned fusion needs)."""
+    """The token-level file holds per-token entropy and attention importance of the span's tokens: re-pooling
+    the stored states with softmax(a z(H) + (1-a) z(log A)) from them gives the stored fused column (what a
+    learned fusion needs)."""
     s = settings(layers=(2, -1), token_layers=(2,))
     fs = load_features(extract_features(s, sdpa_model, tokenizer, PROMPTS, out_dir=tmp_path, progress=False))
     rows = fs.token_inputs(2)
@@ -176,7 +210,7 @@ def test_token_inputs_carry_entropy_and_attention_that_rebuild_the_fused_pool(sd
     stored = fs.get("hs.L2.fused_mix0.3")
     for r, x in enumerate(rows):
         h, ent, att = x[:, :64].astype(np.float64), x[:, 64], x[:, 65]
-        want = _softmax(0.3 * _z(ent) + 0.7 * _z(att / att.sum())) @ h
+        want = _softmax(0.3 * _z(ent) + 0.7 * _z(np.log(att / att.mean()))) @ h  # fuse_on=log
         np.testing.assert_allclose(stored[r], want, rtol=1e-4, atol=1e-5)
     assert len(fs.subset(fs.ids[:2]).token_inputs(2)) == 2
 

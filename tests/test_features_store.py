@@ -108,6 +108,25 @@ def test_ensure_features_extracts_once_then_finds_by_key(tiny_model, tokenizer, 
     np.testing.assert_array_equal(again.get("hs.L1.mean"), fs.get("hs.L1.mean"))
 
 
+def test_ensure_features_extracts_only_what_a_head_needs_unless_the_full_store_exists(tiny_model, tokenizer,
+                                                                                     tmp_path, monkeypatch):
+    """`train.py head=linear` on a new trace: one layer, one pool, no entropy or attention."""
+    cfg = compose_cfg(["model=tiny", f"paths.data_dir={tmp_path}", "features.attn_layers=[0]"], tmp_path)
+    monkeypatch.setattr(fx, "token_entropy", lambda *a, **k: pytest.fail("linear on last needs no entropy"))
+    fs = ensure_features(cfg, PROMPTS, model=tiny_model, tokenizer=tokenizer, need=[(2, "last")])
+    assert fs.names == ["hs.L2.last", "n_prompt_tokens"] and fs.root != feature_dir(cfg, PROMPTS)
+    monkeypatch.undo()
+    both = ensure_features(cfg, PROMPTS, model=tiny_model, tokenizer=tokenizer,
+                           need=[(2, "fused_mix0.5"), (3, "learned"), (None, None)])
+    pools = ("last", "entropy", "attn", "fused_mix0.5")  # a store holds every (layer, pool) of its settings
+    assert set(both.names) == {f"hs.L{i}.{p}" for i in (2, 3, 4) for p in pools} | {"n_prompt_tokens",
+                                                                                    "entropy.mean"}
+    assert len(both.token_inputs(3)) == len(PROMPTS)
+    full = ensure_features(cfg, PROMPTS, model=tiny_model, tokenizer=tokenizer)  # the features stage
+    monkeypatch.setattr(fx, "extract_features", lambda *a, **k: pytest.fail("the full store serves every head"))
+    assert ensure_features(cfg, PROMPTS, model=tiny_model, tokenizer=tokenizer, need=[(1, "mean")]).root == full.root
+
+
 @pytest.mark.parametrize("kw, match", [
     (dict(layers=(5,)), "layers: index 5 out of range"),
     (dict(layers=(-6,)), "out of range"),

@@ -44,9 +44,55 @@ def test_learned_alpha_moves_to_the_informative_score_and_beats_the_fixed_mix(ke
     assert rho > spearmanr(fixed.predict(Xt), yt).statistic + 0.1
 
 
+@pytest.mark.parametrize("key", ["attn", "entropy"])
+def test_running_standardisation_follows_the_learned_fusion(key):
+    """The demo's flat predictions: standardising the pooled vector once, at α = 0.5 and β = 1, leaves the
+    MLP an offset input once α and β move. The running scale keeps it standard and the fit sharp."""
+    X, y = keyed(0, key)
+    Xt, yt = keyed(1, key)
+    tracked = ESTPLearnedHead(**FAST).fit(X, y)
+    frozen = ESTPLearnedHead(**FAST, scale_momentum=0.0).fit(X, y)  # this head before the fix
+    xin, old = _mlp_input(tracked, X), _mlp_input(frozen, X)
+    assert np.abs(xin.mean(0)).mean() < min(0.2, np.abs(old.mean(0)).mean()) and abs(xin.std(0).mean() - 1) < 0.1
+    assert tracked.temperature_ > 5 > frozen.temperature_  # the sharper pooling the frozen scale could not follow
+    pred = tracked.predict(Xt)
+    assert pred.std() > 0.5 * yt.std()  # not flat
+    assert np.abs(pred - yt).mean() < 0.7 * np.abs(np.median(y) - yt).mean()  # beats a constant
+    assert spearmanr(pred, yt).statistic > spearmanr(frozen.predict(Xt), yt).statistic + 0.1
+
+
+def _mlp_input(head: ESTPLearnedHead, X: list[np.ndarray]) -> np.ndarray:
+    import torch
+
+    from lengthpred.heads.fusion import _Tokens
+
+    data = _Tokens(X, fuse_on=head.fuse_on)
+    with torch.no_grad():
+        pooled = head.module_.pool(*data.batch(list(range(len(data)))))
+    return ((pooled - head.module_.x_mean) / head.module_.x_scale).numpy()
+
+
+def test_initial_pooling_is_the_stored_fused_pool(tiny_model, tokenizer, tmp_path):
+    """α = 0.5, β = 1 on the stored token inputs (content span, z(H) and z(log A)) is the stored fused_mix0.5."""
+    import torch
+
+    from lengthpred.features import FeatureSettings, extract_features, load_features
+    from lengthpred.heads.fusion import _Tokens
+    from tests.test_features import PROMPTS
+
+    s = FeatureSettings(layers=(2,), token_layers=(2,), pools=("entropy",), fused=("mix0.5",), dtype="float32")
+    fs = load_features(extract_features(s, tiny_model, tokenizer, PROMPTS, out_dir=tmp_path, progress=False))
+    X = fs.token_inputs(2)
+    head = ESTPLearnedHead(epochs=1, fusion_lr=0.0, learn_temperature=False).fit(X, np.arange(len(X)) * 10.0)
+    data = _Tokens(X, fuse_on=head.fuse_on)
+    with torch.no_grad():
+        pooled = head.module_.pool(*data.batch(list(range(len(X))))).numpy()
+    np.testing.assert_allclose(pooled, fs.get("hs.L2.fused_mix0.5"), rtol=1e-4, atol=1e-5)
+
+
 def test_initial_pooling_is_the_stored_convex_mix():
     X, y = keyed(0, "attn", n=10)
-    head = ESTPLearnedHead(epochs=1, alpha_init=0.3, fusion_lr=0.0, learn_temperature=False).fit(X, y)
+    head = ESTPLearnedHead(epochs=1, alpha_init=0.3, fusion_lr=0.0, learn_temperature=False, fuse_on="z").fit(X, y)
 
     def z(v):
         return (v - v.mean()) / (v.std() + 1e-6)
@@ -70,7 +116,12 @@ def test_save_load_partial_fit_and_bad_inputs(tmp_path):
     back = load_head(tmp_path / "h")
     assert isinstance(back, ESTPLearnedHead) and back.alpha_ == pytest.approx(head.alpha_)
     np.testing.assert_array_equal(back.predict(X), head.predict(X))
-    assert json.loads((tmp_path / "h" / "head.json").read_text())["meta"]["alpha"] == pytest.approx(head.alpha_)
+    doc = json.loads((tmp_path / "h" / "head.json").read_text())
+    assert doc["meta"]["alpha"] == pytest.approx(head.alpha_) and doc["meta"]["fuse_on"] == "log"
+    np.testing.assert_array_equal(back.x_mean_, back.module_.x_mean.numpy())  # the running scale as trained
+    del doc["meta"]["fuse_on"], doc["params"]["fuse_on"]  # a head saved before the option fused z-scores
+    (tmp_path / "h" / "head.json").write_text(json.dumps(doc))
+    assert load_head(tmp_path / "h").fuse_on == "z"
     back.partial_fit(X[:8], y[:8])
     assert back.n_epochs_ == 4 and not np.array_equal(back.predict(X), head.predict(X))
     assert ESTPLearnedHead(epochs=1).partial_fit(X, y).n_epochs_ == 1

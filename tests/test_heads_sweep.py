@@ -32,6 +32,7 @@ def test_sweep_fits_every_cell_and_writes_csv_and_markdown(trace_run):  # noqa: 
     assert len(saved) == 5
     md = open(f"{cfg.paths.output_dir}/sweep.md").read()
     assert md.count("\n| estp ") == 2 and "| estp_learned | 2 | learned |" in md
+    assert (df["span"] == "content").all() and "over the content tokens" in md  # the features' pooling options
 
 
 def test_sweep_refuses_heads_without_features_and_unextracted_pools(trace_run):  # noqa: F811

@@ -52,15 +52,18 @@ def test_same_inputs_and_seed_give_byte_identical_tables(tmp_path):
 def test_table_contents(tmp_path):
     _, tables = _pipeline(tmp_path, n_boot=50)
     t1 = tables["T1"].to_markdown()
-    assert "Spearman ↑" in t1 and "MAE (tokens) ↓" in t1 and "Noise ceiling ↑" in t1
+    assert "Spearman ↑" in t1 and "MAE (tokens) ↓" in t1 and "Noise ceiling (estimate) ↑" in t1
     const = [ln for ln in t1.splitlines() if "| constant |" in ln]
     assert len(const) == 4 and all("| undefined |" in ln for ln in const)  # 3 domains + all
-    assert t1.splitlines()[-4].startswith("| all | prompt_len |")  # the pooled rows come last
+    body = [ln for ln in t1.splitlines() if ln.startswith("| ")]
+    assert body[-1].startswith("| all | prompt_len |")  # the pooled rows come last
     assert "static" not in t1  # online heads go to T3, not T1
     t3 = tables["T3"]
     shifts = [row[1].value for row in t3.rows]
     assert shifts == sorted(shifts) and len(shifts) == 6
-    assert all(row[4] == "rls@0.999" for row in t3.rows)
+    names = [c.name for c in t3.columns]
+    assert names[-1] == "rls@0.999 − static" and "Best" not in names and "Gain %" not in names
+    assert all(row[-1].value == pytest.approx(row[3].value - row[2].value) for row in t3.rows)
     t5 = {(r[1], r[2], r[0].value): r for r in tables["T5"].rows}
     assert t5[("sjf", "linear", 0.5)][-2].value == pytest.approx(20.0)  # latency 0.8 vs FCFS 1.0
     assert t5[("sjf", "linear", 0.5)][-1].value == pytest.approx(50.0)  # half the oracle's 40% gain
@@ -132,6 +135,63 @@ def test_plots_are_written(tmp_path):
     assert set(out.plots) == {"cross_heatmap_linear", "adaptation_curves", "latency_cdf", "pred_vs_true"}
     for p in out.plots.values():
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _per_target() -> pd.DataFrame:
+    rows = []
+    for t, d in (("chat", 0.12), ("math", -0.03), ("all", 0.045)):
+        rows.append(
+            {"target": t, "n_pairs": 6 if t != "all" else 12, "n_test": 80, "shift_mean": 0.4, "shift_min": 0.1,
+             "shift_max": 0.9, "load": 0.7, "labels_seen_mean": 148.25, "labels_seen_median": 150.0,
+             "labels_seen_ge10": 0.96,
+             "in_flight_mean": 4.2, "base_test_spearman": 0.3, "rls_test_spearman": 0.3 + d,
+             "rls_test_delta": d, "rls_test_delta_lo": d - 0.1, "rls_test_delta_hi": d + 0.1,
+             "rls_stream_delta": d / 2, "rls_stream_delta_lo": d / 2 - 0.05, "rls_stream_delta_hi": d / 2 + 0.05,
+             "mean_oracle_test_delta": d + 0.01, "mean_oracle_test_delta_lo": d - 0.09,
+             "mean_oracle_test_delta_hi": d + 0.11, "forgetting": "1 (4), 0.99 (2)"}
+        )
+    return pd.DataFrame(rows)
+
+
+def test_t3_from_the_online_per_target_summary(tmp_path):
+    from lengthpred.eval.tables import table_t3
+
+    t3 = table_t3(pd.DataFrame(columns=["head", "split", "metric", "value"]), online_targets=_per_target())
+    md = t3.to_markdown()
+    assert [r[0] for r in t3.rows] == ["chat", "math", "all"]
+    assert "| chat | 6 | 0.400 | 0.10 to 0.90 | 148.2 (150) | 0.960 | 4.2 | 0.300 | 0.420 | 0.120 [0.020, 0.220] |" in md
+    assert "load 0.70" in md and "Gain" not in md and "Best" not in md
+    assert t3.to_latex().isascii()
+
+
+def test_make_tables_reads_the_online_run_next_to_its_curves(tmp_path):
+    root = write_experiment(tmp_path, n=20)
+    res = evaluate_run(root, OmegaConf.create({}), n_boot=0, splits_json=root / "splits.json")
+    results = write_results(res, root / "results.csv")
+    run = root / "adapt"
+    run.mkdir()
+    _per_target().to_csv(run / "per_target.csv", index=False)
+    pd.DataFrame(
+        [
+            {"pair": p, "head": h, "n_updates": u, "test_spearman": 0.3 + 0.001 * u * (h != "static")}
+            for p in ("chat->math", "code->math", "qa->math")
+            for h in ("static", "rls@val")
+            for u in range(0, 60, 10)
+        ]
+    ).to_csv(run / "curves.csv", index=False)
+    pd.DataFrame(
+        [
+            {"pair": f"{s}->math", "source": s, "target": "math", "head": h, "window_start": w,
+             "labels_seen": 10.0 + 5 * w, "stream_spearman_delta": 0.0 if h == "static" else 0.01 * w}
+            for s in ("chat", "code", "qa")
+            for h in ("static", "rls@val")
+            for w in range(8)
+        ]
+    ).to_csv(run / "stream_curves.csv", index=False)
+    out = make_tables([results], root / "tables", curves=[run / "curves.csv"])
+    assert out.tables["T3"].title == "Online adaptation by target domain"
+    assert {"adaptation_summary", "adaptation_by_target"} <= set(out.plots)
+    assert "adaptation_curves" not in out.plots
 
 
 def _script(name: str):

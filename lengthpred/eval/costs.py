@@ -571,8 +571,9 @@ class FeatureStores:
 def _feature_stores(configs: Sequence[Any], prompts: Any, ids: Sequence[str]) -> FeatureStores | None:
     """The complete stores of these configs that hold every id (each once, in order), or None."""
     from lengthpred.errors import LengthpredError
-    from lengthpred.features import feature_dir, load_features
+    from lengthpred.features import feature_dir, load_features, settings_from_cfg
     from lengthpred.features.store import MANIFEST
+    from lengthpred.heads.run import feature_need
 
     roots: list[Path] = []
     for c in configs:
@@ -580,6 +581,15 @@ def _feature_stores(configs: Sequence[Any], prompts: Any, ids: Sequence[str]) ->
             root = feature_dir(c, prompts)
         except Exception as e:  # a run config that no longer resolves: its store cannot be found
             log.info("costs: cannot locate a run's feature store (%s)", e)
+            continue
+        if root not in roots and (root / MANIFEST).is_file():
+            roots.append(root)
+    # a head trained before its config's full store existed was fitted on a reduced store of its own
+    # (features.ensure_features(need=...)), at the same settings reduced to what it reads
+    for c in configs:
+        try:
+            root = feature_dir(c, prompts, settings_from_cfg(c).only([feature_need(c.head)]))
+        except Exception:  # no head in this config (the current one) or one that no longer resolves
             continue
         if root not in roots and (root / MANIFEST).is_file():
             roots.append(root)

@@ -34,6 +34,7 @@ from lengthpred.eval.results import (
 )
 from lengthpred.eval.tables import ONLINE_HEADS, build_tables
 from lengthpred.metrics import is_undefined, paired_bootstrap
+from lengthpred.online.plots import adaptation_figures
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +277,9 @@ def make_tables(
         return reader(p) if p is not None and Path(p).is_file() else None
 
     sched_df = maybe(sched, read_sched)
+    curve_files = [c for c in curves if Path(c).is_file()]
+    online_dir = Path(curve_files[-1]).parent if curve_files else None  # the online stage's run dir
+    online_targets = maybe(online_dir / "per_target.csv", pd.read_csv) if online_dir else None
     gains_df = maybe(Path(sched).with_name("sched_gains.csv"), read_sched) if sched is not None else None
     tables = build_tables(
         results,
@@ -284,6 +288,7 @@ def make_tables(
         costs=maybe(costs, read_costs),
         online_summary=maybe(online_summary, pd.read_csv),
         options=options,
+        online_targets=online_targets,
     )
     out = TableOutputs(tables, {k: t.write(out_dir) for k, t in tables.items()})
     if not plot:
@@ -299,8 +304,9 @@ def make_tables(
         p = plots.heatmap_cross(results, pdir / f"cross_heatmap_{h}.png", h, o.get("t2_metric", "spearman"))
         if p is not None:
             out.plots[f"cross_heatmap_{h}"] = p
-    curve_files = [c for c in curves if Path(c).is_file()]
-    if curve_files:
+    if online_dir is not None and (online_dir / "stream_curves.csv").is_file():
+        out.plots.update(adaptation_figures(online_dir, pdir))  # summary over pairs + per-target grid
+    elif curve_files:
         p = plots.adaptation_curves(
             read_curves(curve_files), pdir / "adaptation_curves.png", o.get("curve_metric", "test_spearman")
         )

@@ -15,6 +15,7 @@ import pandas as pd
 from lengthpred.eval.render import Cell, Column, Table
 from lengthpred.eval.results import CEILING_HEAD, SPLIT_HEAD
 from lengthpred.metrics import METRICS, is_undefined
+from lengthpred.seeds import seed_metric_name
 
 # heads written by the online stage (scripts/adapt.py): kept out of T1/T2/T4, compared in T3
 ONLINE_HEADS = r"^(static|rls(@.*)?|nlms.*|sgd.*|window.*|oracle_refit.*|refit.*|indomain.*)$"
@@ -111,6 +112,19 @@ def _ceiling(ix: _Index, split: str) -> Cell | None:
     return None
 
 
+def _seed_spread(ix: _Index, head: str, split: str, metric: str = "spearman") -> str | None:
+    """`mean ± sd (k)` of a metric over a multi-seed head's seeds (lengthpred.seeds), else None."""
+    k = ix.value(head, split, "n_seeds")
+    mean = ix.value(head, split, seed_metric_name(metric, "mean"))
+    sd = ix.value(head, split, seed_metric_name(metric, "sd"))
+    if k is None or mean is None or sd is None:
+        return None
+    if is_undefined(mean) or is_undefined(sd):
+        return "undefined"
+    kind = _KIND.get(metric, "float")
+    return f"{Table.number(mean, kind)} ± {Table.number(sd, kind)} ({int(k)})"
+
+
 def table_t1(df: pd.DataFrame, part: str = "test") -> Table:
     """T1 in-domain: one row per domain × head."""
     ix = _Index(df)
@@ -118,7 +132,8 @@ def table_t1(df: pd.DataFrame, part: str = "test") -> Table:
         Column("Domain"),
         Column("Head"),
         Column("Spearman", "up", "corr"),
-        Column("Noise ceiling", "up", "corr"),
+        Column("Spearman over seeds", "up", "text"),
+        Column("Noise ceiling (estimate)", "up", "corr"),
         Column("MAE (tokens)", "down", "tokens"),
         Column("Params", None, "int"),
         Column("n", None, "int"),
@@ -130,12 +145,17 @@ def table_t1(df: pd.DataFrame, part: str = "test") -> Table:
         for h in ix.heads([s], exclude_online=True):
             sp = ix.cell(h, s, "spearman")
             n = ix.rows[(h, s, "spearman")].n if sp is not None else None
-            rows.append([dom, h, sp, _ceiling(ix, s), ix.cell(h, s, "mae"), _params(ix, h, splits), n])
+            rows.append(
+                [dom, h, sp, _seed_spread(ix, h, s), _ceiling(ix, s), ix.cell(h, s, "mae"), _params(ix, h, splits), n]
+            )
     notes = [
         "Spearman and MAE with 95% percentile bootstrap CIs over prompts; 'all': every domain's prompts pooled.",
-        "Noise ceiling: the best Spearman any predictor of the expected length could reach against this "
-        "target (√(k·r/(1+(k−1)·r)) from the mean pairwise Spearman r of sampled lengths; "
-        "'—' where prompts had a single sample).",
+        "Heads fitted over several seeds (MLP heads): Spearman and MAE are the first seed's; 'Spearman over "
+        "seeds' is the mean ± sd over the seeds (their number in brackets), each seed selected on val.",
+        "Noise ceiling (estimate): an estimate, from the sampled lengths, of the best Spearman any predictor of "
+        "the expected length could reach against this target (√(k·r/(1+(k−1)·r)) from the mean pairwise "
+        "Spearman r), with its 95% bootstrap CI over prompts; a head whose CI overlaps it is not shown to be "
+        "below it, and one above it is sampling noise ('—' where prompts had a single sample).",
     ]
     return Table("T1", f"In-domain length prediction ({part} split)", cols, rows, notes)
 
@@ -183,24 +203,34 @@ def _online_order(head: str) -> tuple[int, float, str]:
     return (2 if head.startswith(("oracle", "indomain")) else 1), 0.0, head
 
 
+SELECTED_RLS = "rls@val"  # the online stage's RLS head with λ chosen on the stream's validation requests
+
+
 def table_t3(
-    df: pd.DataFrame, metric: str = "spearman", baseline: str = "static", part: str = "test"
+    df: pd.DataFrame,
+    metric: str = "spearman",
+    baseline: str = "static",
+    part: str = "test",
+    online_targets: pd.DataFrame | None = None,
 ) -> Table:
-    """T3 online adaptation: per cross pair, shift size, the baseline and each online head, the gain."""
+    """T3 online adaptation. With the online stage's `per_target.csv` (`online_targets`): one row per target
+    domain and overall, Spearman differences with prompt-bootstrap CIs (`table_t3_targets`). Without it:
+    one row per cross pair from the results file, each online head and the difference of the RLS head with
+    λ chosen on validation (`rls@val`; a lone `rls@λ` head needs no choice) from the baseline."""
+    if online_targets is not None and len(online_targets):
+        return table_t3_targets(online_targets)
     ix = _Index(df)
     cross = [s for s in ix.splits("cross", part) if (baseline, s, metric) in ix.rows]
     online = sorted(
         (h for h in ix.heads(cross) if re.match(ONLINE_HEADS, h) and h != baseline), key=_online_order
     )
+    rls = [h for h in online if re.match(r"^rls@[0-9.]+$", h)]
+    chosen = SELECTED_RLS if SELECTED_RLS in online else (rls[0] if len(rls) == 1 else None)
     kind = _KIND.get(metric, "float")
     cols = (
         [Column("Pair"), Column("Shift", None, "float"), Column(baseline, _direction(metric), kind)]
         + [Column(h, _direction(metric), kind) for h in online]
-        + [
-            Column("Best", None, "text"),
-            Column("Gain", _direction(metric), kind),
-            Column("Gain %", None, "pct"),
-        ]
+        + ([Column(f"{chosen} − {baseline}", _direction(metric), kind)] if chosen else [])
     )
     rows = []
 
@@ -216,36 +246,89 @@ def table_t3(
             ix.cell(baseline, s, metric),
         ]
         row += [ix.cell(h, s, metric) for h in online]
-        best, gain, pct = None, None, None
-        sign = 1 if _direction(metric) != "down" else -1
-        cands = [
-            (sign * float(v), h)
-            for h in online
-            if re.match(r"^rls", h)
-            for v in [ix.value(h, s, metric)]
-            if v is not None and not is_undefined(v)
-        ]
-        if cands and base is not None and not is_undefined(base):
-            _, best = max(cands)
-            paired = ix.cell(best, s, f"{metric}_diff_vs_{baseline}", kind)
-            gain = (
-                paired
-                if paired is not None
-                else Cell(float(ix.value(best, s, metric)) - float(base), kind=kind)
-            )
-            pct = (
-                Cell(100.0 * (float(ix.value(best, s, metric)) - float(base)) / abs(float(base)), kind="pct")
-                if float(base) != 0
-                else None
-            )
-        rows.append(row + [best, gain, pct])
+        if chosen:
+            v = ix.value(chosen, s, metric)
+            paired = ix.cell(chosen, s, f"{metric}_diff_vs_{baseline}", kind)
+            ok = v is not None and base is not None and not is_undefined(v) and not is_undefined(base)
+            row.append(paired if paired is not None else (Cell(float(v) - float(base), kind=kind) if ok else None))
+        rows.append(row)
     notes = [
         f"{_LABEL.get(metric, metric)} on the target's held-out {part} split after the stream; rows sorted by "
-        "shift (Wasserstein-1 distance of log lengths, splits.json). Gain: best RLS head minus "
-        f"{baseline}, with a paired-bootstrap 95% CI where evaluate.py computed one. LEAP reports +64.7% "
-        "Spearman under its larger shift."
+        "the pair's shift from splits.json (eval.shift_key). Difference: the RLS head whose λ was chosen on "
+        f"the stream's validation requests ({SELECTED_RLS}) minus {baseline}, absolute, with a paired-bootstrap "
+        "95% CI where evaluate.py computed one. Pairs that share a target share its test prompts: they are "
+        "not independent (the online stage's per-target summary is the unit to read)."
     ]
     return Table("T3", "Online adaptation gain vs shift size", cols, rows, notes)
+
+
+def table_t3_targets(per_target: pd.DataFrame) -> Table:
+    """T3 from the online stage's per_target.csv (lengthpred.online.summary): one row per target, then all."""
+
+    def num(r: Any, col: str, kind: str) -> Cell | None:
+        v = r.get(col)
+        return None if v is None or pd.isna(v) else Cell(float(v), kind=kind)
+
+    def delta(r: Any, prefix: str) -> Cell | None:
+        v = r.get(prefix)
+        if v is None or pd.isna(v):
+            return None
+        lo, hi = r.get(f"{prefix}_lo"), r.get(f"{prefix}_hi")
+        ci = lo is not None and hi is not None and not (pd.isna(lo) or pd.isna(hi))
+        return Cell(float(v), float(lo) if ci else None, float(hi) if ci else None, kind="corr")
+
+    has_oracle = "mean_oracle_test_delta" in per_target.columns
+    cols = [
+        Column("Target"),
+        Column("Pairs", None, "int"),
+        Column("Shift (served, mean)", None, "float"),
+        Column("Shift range", None, "text"),
+        Column("Labels seen, mean (median)", None, "text"),
+        Column("Share >= 10 labels", None, "frac"),
+        Column("In flight (mean)", None, "tokens"),
+        Column("static", "up", "corr"),
+        Column("RLS, λ on val", "up", "corr"),
+        Column("RLS − static, test", "up", "corr"),
+        Column("RLS − static, in-stream", "up", "corr"),
+    ]
+    if has_oracle:
+        cols.append(Column("Mean-label oracle − static, test", "up", "corr"))
+    cols += [Column("λ chosen (pairs)"), Column("n test", None, "int")]
+    rows = []
+    for r in per_target.to_dict("records"):
+        row: list[Any] = [
+            str(r["target"]),
+            num(r, "n_pairs", "int"),
+            num(r, "shift_mean", "float"),
+            f"{float(r['shift_min']):.2f} to {float(r['shift_max']):.2f}",
+            f"{float(r['labels_seen_mean']):.1f} ({float(r['labels_seen_median']):g})",
+            num(r, "labels_seen_ge10", "frac"),
+            num(r, "in_flight_mean", "tokens"),
+            num(r, "base_test_spearman", "corr"),
+            num(r, "rls_test_spearman", "corr"),
+            delta(r, "rls_test_delta"),
+            delta(r, "rls_stream_delta"),
+        ]
+        if has_oracle:
+            row.append(delta(r, "mean_oracle_test_delta"))
+        row += [str(r.get("forgetting", "")), num(r, "n_test", "int")]
+        rows.append(row)
+    load = pd.to_numeric(per_target.get("load"), errors="coerce")
+    load_text = f"{float(load.mean()):.2f}" if load is not None and load.notna().any() else "unknown"
+    notes = [
+        "Per target domain (its pairs share its test prompts and its stream, so the target is the independent "
+        "unit): Spearman on the held-out target test set after the stream, averaged over the target's pairs; "
+        "differences are absolute, with 95% percentile-bootstrap CIs resampling the target's prompts (the same "
+        "resample for all its pairs; 'all' averages the targets, resampling each target's prompts).",
+        f"Stream: the target's train+val prompts arrive at load {load_text} of the serving model's capacity "
+        "(simulated server); each completion reveals one sampled length. Labels seen: lengths revealed "
+        "before a request was predicted; in flight: requests arrived but not yet completed at that moment.",
+        "λ is chosen per pair on the stream's validation requests (the target's val part, scored at arrival), "
+        "never on the test set; the in-stream difference is scored on the other stream requests against the "
+        "revealed length. Shift: Wasserstein-1 distance of log served lengths, source train vs target "
+        "stream. Mean-label oracle: RLS updated with the mean of each prompt's samples instead.",
+    ]
+    return Table("T3", "Online adaptation by target domain", cols, rows, notes)
 
 
 def table_t4(df: pd.DataFrame, metric: str = "mae") -> Table:
@@ -329,14 +412,19 @@ def table_t5(
         else:
             row += _naive_gains(idx, key, key_metric)
         rows.append(row)
+    n = pd.to_numeric(sched["n"], errors="coerce").max() if "n" in sched.columns else float("nan")
+    seeds = f"{int(n)} seeds" if pd.notna(n) else "seeds"
     return Table(
         "T5",
         "Scheduling with predicted lengths",
         cols,
         rows,
         [
-            f"Mean over seeds with 95% intervals. Gain: relative reduction of {key_metric} vs FCFS at the same "
-            "load; share: that reduction over the oracle's (true lengths)."
+            f"Mean over {seeds} with 95% percentile-bootstrap intervals (resampling seeds). Each request has "
+            "one sampled length; predictor `clairvoyant` (the oracle policies) knows it, `mean-oracle` knows only "
+            f"its prompt's mean length. Gain: relative reduction of {key_metric} vs FCFS at the same load; "
+            "share: that reduction over the clairvoyant oracle's, undefined where the oracle's own gain interval "
+            "reaches 0. Loads >= 1 are overloaded: runs stop at the horizon."
         ],
     )
 
@@ -347,7 +435,7 @@ def _naive_gains(idx: dict[tuple, Any], key: tuple, metric: str) -> list[Cell | 
         (k[-3], k[-2]): r.value for k, r in idx.items() if k[:-4] == ctx and k[-4] == load and k[-1] == metric
     }
     fcfs = [v for (p, _), v in at.items() if p.lower() == "fcfs"]
-    oracle = [v for (p, _), v in at.items() if p.lower().startswith("oracle")]
+    oracle = [v for (p, d), v in at.items() if d == "clairvoyant" or p.lower().startswith("oracle")]
     mine = idx.get((*key, metric))
     if not fcfs or mine is None or not fcfs[0]:
         return [None, None]
@@ -434,6 +522,7 @@ def build_tables(
     costs: pd.DataFrame | None = None,
     online_summary: pd.DataFrame | None = None,
     options: Mapping[str, Any] | None = None,
+    online_targets: pd.DataFrame | None = None,
 ) -> dict[str, Table]:
     """Every table its inputs allow, keyed T1…T6; a table with no rows is left out."""
     o = dict(options or {})
@@ -441,7 +530,13 @@ def build_tables(
     tables = {
         "T1": table_t1(results, part),
         "T2": table_t2(results, o.get("t2_metric", "spearman"), part),
-        "T3": table_t3(results, o.get("t3_metric", "spearman"), o.get("online_baseline", "static"), part),
+        "T3": table_t3(
+            results,
+            o.get("t3_metric", "spearman"),
+            o.get("online_baseline", "static"),
+            part,
+            online_targets=online_targets,
+        ),
         "T4": table_t4(results, o.get("t4_metric", "mae")),
     }
     if sched is not None and len(sched):

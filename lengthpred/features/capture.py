@@ -9,7 +9,8 @@ layer. Only the chosen layers' attention modules additionally recompute softmax(
 q/k their attention function receives, in chunks of query positions, and keep only the attention each
 token *receives* (summed over heads and queries) — never a [heads, T, T] tensor per layer. This works
 for any model whose attention goes through transformers' `ALL_ATTENTION_FUNCTIONS` (Llama, Qwen2,
-Mistral, Gemma, ... in transformers 5); we override that mapping locally for the duration only.
+Mistral, Gemma, ... in transformers 5); we override that mapping locally for the duration only. Each query row can carry a weight in that sum (`begin(mask, query_weight)`): the
+position correction of `features.attn_norm=lift` weights query i by the number of keys it sees.
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ def received_attention(
     scaling: float,
     chunk: int,
     bias: list[torch.Tensor] | None = None,  # attention_bias(mask, chunk), shared by all layers of a batch
+    query_weight: torch.Tensor | None = None,  # [B, T] or [B, R, T] weights of the query rows; None: 1 per real query
 ) -> torch.Tensor:
-    """Attention each key position receives, summed over heads and real query positions: [B, T] float32.
+    """Attention each key position receives, summed over heads and real query positions (each weighted
+    by `query_weight`): [B, T] float32, or [B, R, T] for R sets of query weights at once.
 
     Causal + key-padding mask (sliding windows and logit soft-capping are not applied).
     """
@@ -72,15 +75,16 @@ def received_attention(
     bias = bias if bias is not None else attention_bias(mask, chunk)
     q = (query.float() * scaling).reshape(b, hkv, h // hkv, t, hd)  # grouped-query heads share a key head
     kt = key.float().transpose(-1, -2).unsqueeze(2)  # [B, Hkv, 1, hd, T]
-    qw = mask.float()
-    out = torch.zeros(b, 1, t, dtype=torch.float32, device=query.device)
+    qw = mask.float()[:, None] if query_weight is None else query_weight.float().reshape(b, -1, t) * mask[:, None]
+    r = qw.shape[1]
+    out = torch.zeros(b, r, t, dtype=torch.float32, device=query.device)
     for k, s in enumerate(range(0, t, chunk)):
         e = min(t, s + chunk)
         scores = torch.matmul(q[:, :, :, s:e], kt)  # [B, Hkv, g, c, T]
         probs = scores.add_(bias[k]).softmax(dim=-1).reshape(b, h * (e - s), t)
-        rows = qw[:, None, s:e].expand(b, h, e - s).reshape(b, 1, h * (e - s))  # real query rows
+        rows = qw[:, :, None, s:e].expand(b, r, h, e - s).reshape(b, r, h * (e - s))  # real query rows
         out.baddbmm_(rows, probs)  # Σ over heads and real queries
-    return out[:, 0]
+    return out if query_weight is not None and query_weight.dim() == 3 else out[:, 0]
 
 
 class PrefillCapture:
@@ -100,13 +104,15 @@ class PrefillCapture:
         self.received: torch.Tensor | None = None
         self.n_attn_calls = 0
         self._mask: torch.Tensor | None = None
+        self._query_weight: torch.Tensor | None = None
         self._bias: list[torch.Tensor] | None = None
         self._handles: list = []
         self._attn_ids: set[int] = set()
         self._restore: list[tuple[object, str, object]] = []
 
-    def begin(self, mask: torch.Tensor) -> None:
+    def begin(self, mask: torch.Tensor, query_weight: torch.Tensor | None = None) -> None:
         self._mask = mask
+        self._query_weight = query_weight
         self._bias = None
         self.hidden = {}
         self.received = None
@@ -130,7 +136,8 @@ class PrefillCapture:
                 with torch.no_grad():
                     if self._bias is None:
                         self._bias = attention_bias(self._mask, self.attn_chunk)
-                    r = received_attention(query, key, self._mask, float(scaling), self.attn_chunk, self._bias)
+                    r = received_attention(query, key, self._mask, float(scaling), self.attn_chunk, self._bias,
+                                           self._query_weight)
                 self.received = r if self.received is None else self.received + r
                 self.n_attn_calls += 1
             return out
@@ -185,6 +192,7 @@ class PrefillCapture:
                     del ALL_ATTENTION_FUNCTIONS[impl]
             self._restore.clear()
         self._mask = None
+        self._query_weight = None
         self._bias = None
         self.hidden = {}
         self.received = None

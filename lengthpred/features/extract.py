@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,16 @@ from torch import nn
 
 from lengthpred.errors import ConfigError, DataError, LengthpredError
 from lengthpred.features.capture import PrefillCapture, decoder_layers
-from lengthpred.features.pooling import pool, pool_weights, token_entropy
+from lengthpred.features.pooling import (
+    attention_importance,
+    pool,
+    pool_span,
+    pool_weights,
+    query_weights,
+    token_entropy,
+)
 from lengthpred.features.settings import FeatureSettings, cache_key, prompts_hash, resolve_indices
+from lengthpred.features.span import encode_with_span
 from lengthpred.features.store import (
     MANIFEST,
     FeatureSet,
@@ -128,17 +136,38 @@ def collate(seqs: list[list[int]], pad_id: int, side: str) -> tuple[torch.Tensor
     return ids, mask
 
 
+def collate_span(spans: list[list[bool]], side: str) -> torch.Tensor:
+    """Per-token span flags padded like `collate` pads the ids: [B, T] bool."""
+    t = max(len(s) for s in spans)
+    out = torch.zeros((len(spans), t), dtype=torch.bool)
+    for b, s in enumerate(spans):
+        out[b, slice(t - len(s), t) if side == "left" else slice(0, len(s))] = torch.tensor(s, dtype=torch.bool)
+    return out
+
+
+def encode(tokenizer: Any, messages: list[dict], settings: FeatureSettings, max_tokens: int | None,
+           prompt_id: str) -> tuple[list[int], list[bool]]:
+    """The prompt's ids and, per id, whether the pools (all but `last`) range over it (`features.span`)."""
+    kw = dict(max_prompt_tokens=max_tokens, overflow=settings.overflow, prompt_id=prompt_id)
+    if settings.span == "content" and settings.uses_span:
+        return encode_with_span(tokenizer, messages, **kw)
+    ids = encode_prompt(tokenizer, messages, **kw)
+    return ids, [not (settings.drop_sink and j == 0) for j in range(len(ids))]
+
+
 # -- the forward -------------------------------------------------------------------------------------
 @torch.no_grad()
-def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_ids: torch.Tensor,
-                  mask: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """One forward → pooled columns {name: [B, d] float32} and the token-level tensors: `hs.L{l}` [B, T, d]
-    for each of token_layers, plus `entropy` and `attn` (attention received) [B, T] when computed."""
+def prefill_scores(model: nn.Module, plan: Plan, capture: PrefillCapture, input_ids: torch.Tensor,
+                   mask: torch.Tensor, attn_norms: tuple[str, ...] | None = None,
+                   ) -> tuple[dict[int, torch.Tensor], torch.Tensor | None, dict[str, torch.Tensor]]:
+    """One forward → hidden states {hidden_states index: [B, T, d]}, next-token entropy [B, T] (None if not
+    needed) and attention importance [B, T] per normalisation in `attn_norms` (default: `features.attn_norm`;
+    empty if not needed)."""
     s = plan.settings
-    device = next(model.parameters()).device
-    input_ids, mask = input_ids.to(device), mask.to(device)
+    norms = attn_norms or (s.attn_norm,)
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding must not shift positions
-    capture.begin(mask)
+    qw = torch.stack([query_weights(mask, n) for n in norms], dim=1)  # [B, R, T]
+    capture.begin(mask, qw if plan.attn_layers else None)
     out = model.get_decoder()(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
                               use_cache=False)
     final = out.last_hidden_state  # [B, T, d] = hidden_states[num_layers], after the final norm
@@ -150,7 +179,26 @@ def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_i
                              f"the attn/fused pools")
     entropy = (token_entropy(final, mask, plan.head_weight, plan.head_bias, s.entropy_chunk, plan.softcap)
                if s.needs_entropy else None)  # [B, T]
-    weights = pool_weights(mask, s.pools, s.fused, entropy=entropy, received=capture.received)
+    importance = {} if capture.received is None else {
+        n: attention_importance(capture.received[:, k], mask, n) for k, n in enumerate(norms)}  # [B, T] each
+    return hidden, entropy, importance
+
+
+@torch.no_grad()
+def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_ids: torch.Tensor,
+                  mask: torch.Tensor, span: torch.Tensor | None = None,
+                  ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One forward → pooled columns {name: [B, d] float32} and the token-level tensors: `hs.L{l}` [B, T, d]
+    for each of token_layers, plus `entropy`, `attn` (attention importance) and `span` [B, T] when computed.
+    `span` [B, T]: the tokens the pools except `last` range over (None: every real token)."""
+    s = plan.settings
+    device = next(model.parameters()).device
+    input_ids, mask = input_ids.to(device), mask.to(device)
+    span = pool_span(mask, None if span is None else span.to(device))
+    hidden, entropy, scores = prefill_scores(model, plan, capture, input_ids, mask)
+    importance = scores.get(s.attn_norm)
+    weights = pool_weights(mask, s.pools, s.fused, entropy=entropy, importance=importance, span=span,
+                           fuse_on=s.fuse_on)
     w = torch.stack([weights[p] for p in plan.pools], dim=1)  # [B, K, T]
     cols: dict[str, torch.Tensor] = {}
     for layer in plan.hs_layers:
@@ -160,13 +208,14 @@ def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_i
     n = mask.sum(-1)
     cols["n_prompt_tokens"] = n.float()[:, None]
     if entropy is not None:
-        cols["entropy.mean"] = (entropy.sum(-1) / n.clamp(min=1))[:, None]
+        cols["entropy.mean"] = ((entropy * span).sum(-1) / span.sum(-1).clamp(min=1))[:, None]
     tokens: dict[str, torch.Tensor] = {f"hs.L{i}": hidden[i] for i in plan.token_layers}
     if tokens:  # what a head that learns its fusion weights needs beside the states
         if entropy is not None:
             tokens["entropy"] = entropy
-        if capture.received is not None:
-            tokens["attn"] = capture.received.float()
+        if importance is not None:
+            tokens["attn"] = importance
+        tokens["span"] = span
     return cols, tokens
 
 
@@ -183,7 +232,9 @@ def _check_finite(cols: dict[str, torch.Tensor], ids: list[str], dtype: str) -> 
 def _tokens_file(tokens: dict[str, torch.Tensor], mask: torch.Tensor, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     real = mask.bool()
     # row-major: prompt after prompt; the per-token scalars stay float32 (tiny, and entropy needs the range)
-    out = {k: v[real].to(dtype if k.startswith("hs.") else torch.float32).cpu() for k, v in tokens.items()}
+    kinds = {"span": torch.uint8}
+    out = {k: v[real].to(dtype if k.startswith("hs.") else kinds.get(k, torch.float32)).cpu()
+           for k, v in tokens.items()}
     out["offsets"] = torch.cat([torch.zeros(1, dtype=torch.long), mask.sum(-1).cumsum(0).cpu()])
     return out
 
@@ -234,7 +285,7 @@ def extract_features(
         "settings": settings.hashed(), "layers": plan.hs_layers, "attn_layers": plan.attn_layers,
         "token_layers": plan.token_layers, "poolings": list(plan.pools), "fused": list(settings.fused),
         "dtype": settings.dtype, "columns": plan.columns(), "ids": [r[0] for r in records],
-        "padding_side": settings.padding_side,
+        "padding_side": settings.padding_side, "pooling": settings.pooling,
     })
 
     i, n = shard
@@ -243,9 +294,8 @@ def extract_features(
     encoded, skipped = [], {}
     for pid, messages in mine:
         try:
-            encoded.append((pid, encode_prompt(tokenizer, messages, max_prompt_tokens=max_tokens,
-                                               overflow=settings.overflow, prompt_id=pid)))
-        except DataError as e:  # empty or over-long under overflow=reject: skipped and listed
+            encoded.append((pid, *encode(tokenizer, messages, settings, max_tokens, pid)))
+        except DataError as e:  # empty, over-long under overflow=reject, content not found: skipped and listed
             skipped[pid] = str(e)
     atomic_write_json(root / f"skipped-{i}of{n}.json", skipped)
     if skipped:
@@ -266,7 +316,8 @@ def extract_features(
         for batch in todo:
             ids = [e[0] for e in batch]
             input_ids, mask = collate([e[1] for e in batch], pad_id, settings.padding_side)
-            cols, tokens = extract_batch(model, plan, capture, input_ids, mask)
+            span = collate_span([e[2] for e in batch], settings.padding_side)
+            cols, tokens = extract_batch(model, plan, capture, input_ids, mask, span)
             _check_finite(cols, ids, settings.dtype)
             cols = {k: v.to(store).cpu() for k, v in cols.items()}
             _check_finite(cols, ids, settings.dtype)
@@ -299,9 +350,9 @@ def settings_from_cfg(cfg: Any) -> FeatureSettings:
     return FeatureSettings.from_cfg(d)
 
 
-def feature_dir(cfg: Any, prompts: Any) -> Path:
-    """The cache folder the config + prompts map to (whether or not it exists yet)."""
-    settings = settings_from_cfg(cfg)
+def feature_dir(cfg: Any, prompts: Any, settings: FeatureSettings | None = None) -> Path:
+    """The cache folder the config (or `settings` in its place) + prompts map to (existing or not)."""
+    settings = settings or settings_from_cfg(cfg)
     records = prompt_records(prompts)
     if settings.limit:
         records = records[: settings.limit]
@@ -309,9 +360,19 @@ def feature_dir(cfg: Any, prompts: Any) -> Path:
     return resolve(cfg.paths.data_dir) / "features" / str(cfg.model.name) / key
 
 
-def ensure_features(cfg: Any, prompts: Any, model: nn.Module | None = None, tokenizer: Any = None) -> FeatureSet:
-    """Load the features for (config, prompts) from the cache, extracting whatever is missing first."""
+def ensure_features(cfg: Any, prompts: Any, model: nn.Module | None = None, tokenizer: Any = None, *,
+                    need: Sequence[tuple[int | None, str | None]] | None = None) -> FeatureSet:
+    """Load the features for (config, prompts) from the cache, extracting whatever is missing first.
+
+    `need`: the (layer, pooling) pairs the caller reads (`FeatureSettings.only`). The config's full store
+    is used when it exists; otherwise only what is needed is extracted (a store of its own), so that
+    `train.py head=linear` on a new trace does not pay for every layer, entropy and attention.
+    """
+    settings = None
     root = feature_dir(cfg, prompts)
+    if need is not None and not (root / MANIFEST).is_file():
+        settings = settings_from_cfg(cfg).only(need)
+        root = feature_dir(cfg, prompts, settings)
     if (root / MANIFEST).is_file():
         try:
             return load_features(root)
@@ -323,7 +384,10 @@ def ensure_features(cfg: Any, prompts: Any, model: nn.Module | None = None, toke
         from lengthpred.models import load_causal_lm
 
         model, tokenizer = load_causal_lm(instantiate(cfg.model))
-    out = extract_features(cfg, model, tokenizer, prompts, out_dir=root)
+    if settings is None:
+        out = extract_features(cfg, model, tokenizer, prompts, out_dir=root)
+    else:
+        out = extract_features(settings, model, tokenizer, prompts, out_dir=root, model_name=str(cfg.model.name))
     return load_features(out)
 
 

@@ -1,7 +1,8 @@
 """Per-token weights (last, mean, EGTP entropy, attention importance, ESTP fusions) and weighted pooling.
 
 All functions take a [B, T] mask (1 = real prompt token) and give padded positions weight exactly 0,
-so left and right padding pool the same tokens.
+so left and right padding pool the same tokens; the pools other than `last` range over a `span` of the
+real tokens (the messages' content under `features.span=content`).
 """
 
 from __future__ import annotations
@@ -73,20 +74,74 @@ def _zscore(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     return (x - mean) / (var.sqrt() + 1e-6) * real
 
 
+def _rank_z(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """z-scored ranks over each row's `real` positions (ties in position order): within ±√3."""
+    rank = x.float().masked_fill(~real, float("inf")).argsort(dim=-1, stable=True).argsort(dim=-1)
+    return _zscore(rank.float(), real)
+
+
+def query_weights(mask: torch.Tensor, attn_norm: str) -> torch.Tensor:
+    """Weight of each query row in the received-attention sum [B, T]: 1 per real query, and under
+    `lift` the number of real keys the query sees, so that a query attending uniformly gives 1 to each."""
+    m = mask.float()
+    return m * m.cumsum(dim=-1) if attn_norm == "lift" else m
+
+
+def attention_importance(received: torch.Tensor, mask: torch.Tensor, attn_norm: str) -> torch.Tensor:
+    """Importance score per token [B, T] (0 at padding) from the received attention (summed with
+    `query_weights(mask, attn_norm)`): `sum` keeps the raw sum; `per_query` and `lift` divide by the
+    number of real queries that can see each token (it and every real token after it), which removes
+    the head start causal masking gives early tokens."""
+    real = mask.bool()
+    r = received.float() * real
+    if attn_norm == "sum":
+        return r
+    seen_by = mask.float().flip(-1).cumsum(dim=-1).flip(-1)  # [B, T] real queries at or after each position
+    return r / seen_by.clamp(min=1)
+
+
+def fusion_scores(entropy: torch.Tensor, importance: torch.Tensor, span: torch.Tensor,
+                  fuse_on: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two per-token scores a fused pool mixes, standardised over each row's `span` (0 outside):
+    `z`: z(H), z(A); `log`: z(H), z(log A) (A is a product of attention shares: its outliers are
+    multiplicative); `rank`: z-scored ranks of H and A."""
+    span = span.bool()
+    if fuse_on == "rank":
+        return _rank_z(entropy, span), _rank_z(importance, span)
+    a = importance.float()
+    if fuse_on == "log":
+        mean = (a * span).sum(dim=-1, keepdim=True) / span.sum(dim=-1, keepdim=True).clamp(min=1)
+        a = (a / mean.clamp(min=1e-30)).clamp(min=1e-6).log()  # finite everywhere; 0 attention is an outlier, not -inf
+    return _zscore(entropy.float(), span), _zscore(a, span)
+
+
+def pool_span(mask: torch.Tensor, span: torch.Tensor | None) -> torch.Tensor:
+    """The real tokens of `span` [B, T] bool; a row with none (None: every row) takes all its real tokens."""
+    real = mask.bool()
+    if span is None:
+        return real
+    span = span.bool() & real
+    return torch.where(span.any(dim=-1, keepdim=True), span, real)
+
+
 def pool_weights(
     mask: torch.Tensor,  # [B, T]
     pools: tuple[str, ...],
     fused: tuple[str, ...] = (),
     entropy: torch.Tensor | None = None,  # [B, T]
-    received: torch.Tensor | None = None,  # [B, T] attention received (any positive scale)
+    importance: torch.Tensor | None = None,  # [B, T] attention importance (any positive scale)
+    *,
+    span: torch.Tensor | None = None,  # [B, T] tokens to pool over (a subset of mask); None: every real token
+    fuse_on: str = "log",
 ) -> dict[str, torch.Tensor]:
-    """Pool name → weights [B, T] float32 that sum to 1 over each row's real tokens."""
-    real = mask.bool()
-    n = real.sum(dim=-1, keepdim=True).float()
+    """Pool name → weights [B, T] float32 that sum to 1 over each row's span tokens (`last`: the last
+    real token, whatever the span). A row whose span is empty pools over all its real tokens."""
+    span = pool_span(mask, span)
+    n = span.sum(dim=-1, keepdim=True).float()
     w: dict[str, torch.Tensor] = {}
     attn = None
-    if received is not None:
-        r = received.float() * real
+    if importance is not None:
+        r = importance.float() * span
         attn = r / r.sum(dim=-1, keepdim=True).clamp(min=1e-30)
     for p in pools:
         if p == "last":
@@ -94,18 +149,21 @@ def pool_weights(
             onehot[torch.arange(mask.shape[0]), last_index(mask)] = 1.0
             w[p] = onehot
         elif p == "mean":
-            w[p] = real.float() / n
+            w[p] = span.float() / n
         elif p == "entropy":
-            w[p] = _masked_softmax(entropy, real)
+            w[p] = _masked_softmax(entropy, span)
         elif p == "attn":
             w[p] = attn
+    scores = None
     for f in fused:
         m = _FUSED.match(f)
         if m.group("alpha") is not None:
             a = float(m.group("alpha"))
-            w[f"fused_{f}"] = _masked_softmax(a * _zscore(entropy, real) + (1 - a) * _zscore(attn, real), real)
+            if scores is None:
+                scores = fusion_scores(entropy, attn, span, fuse_on)
+            w[f"fused_{f}"] = _masked_softmax(a * scores[0] + (1 - a) * scores[1], span)
         else:
-            prod = _masked_softmax(entropy, real) * attn
+            prod = _masked_softmax(entropy, span) * attn
             w[f"fused_{f}"] = prod / prod.sum(dim=-1, keepdim=True).clamp(min=1e-30)
     return w
 

@@ -1,7 +1,9 @@
 """What a feature extraction is: layers, poolings, fusion variants, storage dtype, and its cache key.
 
 Column names: `hs.L{l}.{pool}` with `l` the HF `hidden_states` index (0 = embeddings, the last index is
-after the final norm) plus the scalars `n_prompt_tokens` and `entropy.mean`.
+after the final norm) plus the scalars `n_prompt_tokens` and `entropy.mean`. Which tokens the pools range
+over (`span`) and how attention importance is computed and fused (`attn_norm`, `fuse_on`) are part of the
+cache key and the manifest, not of the column name.
 """
 
 from __future__ import annotations
@@ -21,10 +23,16 @@ OVERFLOWS = ("reject", "truncate")
 PADDING_SIDES = ("left", "right")
 STORE_DTYPES = ("float16", "bfloat16", "float32")
 SCALARS = ("n_prompt_tokens", "entropy.mean")
+SPANS = ("content", "all")
+ATTN_NORMS = ("lift", "per_query", "sum")
+FUSE_ON = ("log", "rank", "z")
 _FUSED = re.compile(r"^(mix(?P<alpha>[0-9]*\.?[0-9]+)|prod)$")
 # fields that change what is stored: they form the cache key (not batching, chunking or padding side)
 HASHED = ("layers", "pools", "fused", "attn_layers", "token_layers", "dtype", "entropy_dtype", "max_prompt_tokens",
-          "overflow")
+          "overflow", "span", "drop_sink", "attn_norm", "fuse_on")
+# what every store written before these fields existed did: at these values a field stays out of the cache
+# key, so old stores keep their key (and a store whose manifest lacks them was made this way)
+LEGACY_POOLING = {"span": "all", "drop_sink": False, "attn_norm": "sum", "fuse_on": "z"}
 
 
 def _as_layers(value: Any, key: str) -> str | tuple[int, ...]:
@@ -54,6 +62,18 @@ class FeatureSettings:
     # decoder-layer indices (0-based, negatives from the end) whose attention gives importance A
     attn_layers: str | tuple[int, ...] = "all"
     token_layers: tuple[int, ...] = ()  # hidden_states indices also stored token-level (separate file)
+    # tokens every pool except `last` ranges over: "content" = the user/assistant messages' own tokens
+    # (no system block, role markers or assistant header: identical in every prompt); "all" = every token
+    span: str = "content"
+    drop_sink: bool = False  # span=all only: leave the first token (the attention sink) out of the pools
+    # attention importance of token j from the attention a_ij it receives (summed over heads and layers):
+    # "lift" = mean over the real queries i that see j of a_ij / (1 / #keys i sees), 1 everywhere under
+    # uniform attention; "per_query" = mean of a_ij over those queries; "sum" = Σ_i a_ij, which favours
+    # early tokens by causal position alone
+    attn_norm: str = "lift"
+    # scores the fused pools mix: "log" = z(H) and z(log A); "rank" = z-scored ranks of both (bounded, so
+    # one extreme token cannot take all the weight); "z" = z(H) and z(A)
+    fuse_on: str = "log"
     dtype: str = "float16"  # storage dtype of pooled features
     # dtype of the LM-head matmul behind entropy: the one cost a plain prefill does not pay (it computes
     # logits for the last position only); bfloat16 halves it on CPUs with bf16 units, error ≈0.02 nats
@@ -86,6 +106,11 @@ class FeatureSettings:
             raise ConfigError(f"features.dtype={self.dtype!r}: use one of {list(STORE_DTYPES)}")
         if self.entropy_dtype not in STORE_DTYPES:
             raise ConfigError(f"features.entropy_dtype={self.entropy_dtype!r}: use one of {list(STORE_DTYPES)}")
+        for key, valid in (("span", SPANS), ("attn_norm", ATTN_NORMS), ("fuse_on", FUSE_ON)):
+            if getattr(self, key) not in valid:
+                raise ConfigError(f"features.{key}={getattr(self, key)!r}: use one of {list(valid)}")
+        if not isinstance(self.drop_sink, bool):
+            raise ConfigError(f"features.drop_sink={self.drop_sink!r}: use true or false")
         if self.overflow not in OVERFLOWS:
             raise ConfigError(f"features.overflow={self.overflow!r}: use one of {list(OVERFLOWS)}")
         if self.padding_side not in PADDING_SIDES:
@@ -124,13 +149,54 @@ class FeatureSettings:
         return "entropy" in self.pools or bool(self.fused)
 
     @property
+    def uses_span(self) -> bool:
+        """Whether any pool ranges over a span (`last` is the last prompt token whatever the span)."""
+        return bool(set(self.pools) - {"last"} or self.fused)
+
+    @property
     def pool_names(self) -> tuple[str, ...]:
         return self.pools + tuple(f"fused_{f}" for f in self.fused)
+
+    def only(self, needs: Sequence[tuple[int | None, str | None]]) -> FeatureSettings:
+        """These settings reduced to what some heads read, each need a (hidden_states layer, pooling) pair:
+        `fused_<spec>` a fusion, `learned` the layer token by token with entropy and attention, (None, None)
+        the scalar columns alone (from the cheapest pool of the last layer). Span and scores are kept."""
+        layers, pools, fused, tokens = [], [], [], []
+        for layer, pooling in needs:
+            if layer is None or pooling is None:
+                layers.append(-1)
+                pools.append("last")
+                continue
+            layers.append(int(layer))
+            if pooling == "learned":
+                pools += ["entropy", "attn"]
+                tokens.append(int(layer))
+            elif pooling.startswith("fused_"):
+                fused.append(pooling.removeprefix("fused_"))
+            else:
+                pools.append(pooling)
+        return dataclasses.replace(self, layers=tuple(layers), pools=tuple(pools), fused=tuple(fused),
+                                   token_layers=tuple(tokens))
+
+    @property
+    def pooling(self) -> dict[str, Any]:
+        """How the pools are computed (written to the manifest; `FeatureSet.pooling` reads it back)."""
+        return {k: getattr(self, k) for k in LEGACY_POOLING}
 
     def hashed(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in HASHED}
         if not self.needs_attention:
             d["attn_layers"] = None  # unused: must not split the cache
+            d["attn_norm"] = LEGACY_POOLING["attn_norm"]
+        if not self.fused:
+            d["fuse_on"] = LEGACY_POOLING["fuse_on"]
+        if self.span == "content" or not self.uses_span:
+            d["drop_sink"] = LEGACY_POOLING["drop_sink"]
+        if not self.uses_span:
+            d["span"] = LEGACY_POOLING["span"]
+        for k, v in LEGACY_POOLING.items():
+            if d[k] == v:
+                del d[k]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 

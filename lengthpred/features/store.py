@@ -4,7 +4,9 @@ Layout of `data/features/<model>/<cache-key>/`:
   manifest.json            model, layers, poolings, fusions, dtype, git revision, expected ids, hashes
   parts/<h>.safetensors    one batch of prompts: every column [b, d]; ids in the metadata
   parts/<h>.tokens.safetensors  optional token-level states `hs.L{l}` [tokens, d], next-token `entropy` and
-                           attention received `attn` [tokens] (float32), `offsets` [b+1]
+                           attention importance `attn` [tokens] (float32), `span` [tokens] (uint8, 1 = a
+                           token the pools range over; absent in stores made before `features.span`),
+                           `offsets` [b+1]
   skipped-<shard>.json     ids rejected by the prompt budget / empty, with the reason
 """
 
@@ -22,6 +24,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from lengthpred.errors import DataError
+from lengthpred.features.settings import LEGACY_POOLING
 
 MANIFEST = "manifest.json"
 
@@ -97,6 +100,12 @@ class FeatureSet:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def pooling(self) -> dict:
+        """`span`, `drop_sink`, `attn_norm`, `fuse_on` the store was made with (a manifest without them is
+        from before they existed: every token, raw attention sums, z-scores)."""
+        return LEGACY_POOLING | self.manifest.get("pooling", {})
+
     def __repr__(self) -> str:
         return f"FeatureSet({len(self.ids)} prompts, {len(self.names)} columns, {self.root})"
 
@@ -129,7 +138,8 @@ class FeatureSet:
 
     def token_inputs(self, layer: int, scalars: Sequence[str] = ("entropy", "attn")) -> list[np.ndarray]:
         """Per prompt (in `ids` order) [t, d + len(scalars)] float32: layer `layer`'s token-level states
-        with the per-token `scalars` as the last columns; each part file is opened once."""
+        with the per-token `scalars` as the last columns, for the t tokens the stored pools range over
+        (`features.span`); each part file is opened once."""
         name = f"hs.L{layer}"
         out: list[np.ndarray | None] = [None] * len(self.ids)
         rows_by_part: dict[int, list[tuple[int, int]]] = {}
@@ -151,8 +161,10 @@ class FeatureSet:
                 h = f.get_tensor(name).float()
                 extra = [f.get_tensor(n).float()[:, None] for n in scalars]
                 full = torch.cat([h, *extra], dim=1).numpy()
+                span = f.get_tensor("span").bool().numpy() if "span" in keys else np.ones(len(full), dtype=bool)
             for i, r in pairs:
-                out[i] = full[off[r] : off[r + 1]]
+                rows, keep = full[off[r] : off[r + 1]], span[off[r] : off[r + 1]]
+                out[i] = rows[keep] if keep.any() else rows  # no span token: the pools took every token
         return out  # type: ignore[return-value]
 
     def token_states(self, layer: int, prompt_id: str) -> np.ndarray:

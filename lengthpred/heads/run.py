@@ -143,8 +143,19 @@ def load_stage_inputs(cfg: DictConfig) -> StageInputs:
         from lengthpred.features import ensure_features, settings_from_cfg
 
         check_features_config(settings_from_cfg(cfg), feature, token_layer, str(hcfg.get("pooling")))
-        inputs.features = ensure_features(cfg, prompts)
+        inputs.features = ensure_features(cfg, prompts, need=[feature_need(hcfg)])  # a new trace: only this
     return inputs
+
+
+def feature_need(hcfg) -> tuple[int | None, str | None]:
+    """The (layer, pooling) a head config reads from a feature store (`FeatureSettings.only`):
+    (layer, "learned") for token-level heads, (None, None) for the scalar columns alone."""
+    kind = HEADS.get(str(hcfg.name)).input_kind
+    if kind == "tokens":
+        return int(hcfg.layer), "learned"
+    if kind == "features":
+        return int(hcfg.layer), str(hcfg.pooling)
+    return None, None
 
 
 def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None) -> dict[str, Any]:

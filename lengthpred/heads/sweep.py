@@ -66,7 +66,7 @@ def sweep_features(cfg: DictConfig, out_dir: str | Path) -> pd.DataFrame:
     prompts = load_prompts(cfg.data)
     by_id = {r["id"]: r for r in prompts}
     targets = load_targets_for(cfg, prompts)
-    features = ensure_features(cfg, prompts)
+    features = ensure_features(cfg, prompts, need=[(layer, pooling) for _, layer, pooling in cells])
     ids = indomain_ids(load_splits(cfg.data))
     rows = []
     for h, layer, pooling in tqdm(cells, desc="sweep", unit="fit"):
@@ -84,6 +84,7 @@ def sweep_features(cfg: DictConfig, out_dir: str | Path) -> pd.DataFrame:
             "ci_high": sp.ci_high, "val_spearman": m["val_spearman"], "mae": m["mae"], "n_test": m["n_test"],
             "selected": str(m["selected"] or ""), "alpha": head.alpha_ if token else None,  # the fusion's α (linear's alpha_ is its ridge penalty)
             "fit_seconds": m["fit_seconds"],
+            **features.pooling,  # span, drop_sink, attn_norm, fuse_on: which tokens and scores the pools used
         })
         log.info("%s L%d %s: test spearman %s", h, layer, pooling, sp.value)
     df = pd.DataFrame(rows)
@@ -100,9 +101,16 @@ def render(df: pd.DataFrame, cfg: DictConfig) -> str:
     def f(v: Any) -> str:
         return "undefined" if v is None or not isinstance(v, (int, float)) or pd.isna(v) else f"{v:.3f}"
 
+    how = ""
+    if len(df) and "span" in df.columns:
+        r0 = df.iloc[0]
+        sink = ", first token dropped" if r0["span"] == "all" and bool(r0["drop_sink"]) else ""
+        how = (f"Pools range over the {'content' if r0['span'] == 'content' else 'all prompt'} tokens{sink}; "
+               f"attention importance `{r0['attn_norm']}`; fused pools mix `{r0['fuse_on']}` scores.")
     lines = [
         f"**Feature sweep** ({cfg.model.name}, {cfg.data.name}; pooled in-domain test, n = "
         f"{int(df['n_test'].iloc[0]) if len(df) else 0}; 95% bootstrap CI; rows ordered by validation Spearman)",
+        *([how] if how else []),
         "",
         "| Head | Layer | Pooling | Val Spearman | Test Spearman [95% CI] | MAE | learned α |",
         "|---|---:|---|---:|---:|---:|---:|",
