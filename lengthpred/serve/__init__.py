@@ -1,0 +1,27 @@
+"""Serving on a real engine: what length predictions buy a vLLM server, and how well the simulator knows it.
+
+    from lengthpred.serve import FakeEngine, VirtualClock, replay, get_policy, NoPredictor
+    run = replay(requests, FakeEngine(profile, clock), get_policy("fcfs"), NoPredictor(), clock)
+
+Modules, one job each: `workload` (prompts with sampled lengths → requests with arrivals), `engine` (the
+engine protocol and step record), `vllm_engine` (vLLM in-process with priority scheduling), `fake` (known
+step times, for tests), `clock`, `priority` (policy → vLLM priority and the simulator policy),
+`featurize` (the prefill feature row), `predictor` (predictions in the request path, RLS updates),
+`replay` (the loop), `metrics`, `profile_fit` (step times → a `HardwareProfile`), `fidelity` (simulator
+vs real), `experiment` (the comparison grid), `report` (tables, CDF and queue figures), `setup` (config →
+parts). scripts/serve.py is the entry point. vLLM, torch and matplotlib are imported lazily.
+"""
+
+from lengthpred.serve.clock import VirtualClock, WallClock
+from lengthpred.serve.engine import EngineLimits, RequestRejected, StepInfo
+from lengthpred.serve.fake import FakeEngine
+from lengthpred.serve.predictor import NoPredictor, OnlineReadout, TablePredictor
+from lengthpred.serve.priority import POLICIES, ServePolicy, get_policy
+from lengthpred.serve.replay import RunLog, replay
+from lengthpred.serve.workload import PromptPool, ServeRequest
+
+__all__ = [
+    "EngineLimits", "FakeEngine", "NoPredictor", "OnlineReadout", "POLICIES", "PromptPool", "RequestRejected",
+    "RunLog", "ServePolicy", "ServeRequest", "StepInfo", "TablePredictor", "VirtualClock", "WallClock",
+    "get_policy", "replay",
+]

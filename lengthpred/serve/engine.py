@@ -1,0 +1,60 @@
+"""What the replay loop needs from a serving engine, and what one engine step reports.
+
+An engine takes requests (`add`) with an integer priority (lower runs first; ties by arrival time, then
+request id: vLLM's `scheduling_policy="priority"` order) and advances by `step()`. Each step returns a
+`StepInfo`: the tokens each request produced and which finished, plus what the scheduler ran in that step
+(the inputs of the step-time fit, `lengthpred.serve.profile_fit`) and the queue it left behind.
+Two engines implement it: `VLLMEngine` (vLLM in-process) and `FakeEngine` (known step times, for tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from lengthpred.errors import LengthpredError
+
+
+class RequestRejected(LengthpredError):
+    """The engine refused a request (prompt too long, bad sampling settings): counted, never dropped."""
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """The batch limits and KV memory the simulator's profile copies (vLLM's names in comments)."""
+
+    max_batch: int  # max_num_seqs
+    token_budget: int  # max_num_batched_tokens
+    kv_blocks: int  # KV-cache blocks
+    block_size: int  # tokens per block
+    max_model_len: int  # prompt + output tokens one request may hold
+
+
+@dataclass
+class StepInfo:
+    """One engine step. `batch`, `prefill_tokens`, `ctx_tokens` describe the work scheduled in it:
+    requests scheduled, prompt (or recomputed) tokens prefilled, context tokens the batch held."""
+
+    new_tokens: dict[str, int] = field(default_factory=dict)  # request id → tokens produced this step
+    finished: list[str] = field(default_factory=list)  # request ids that finished this step
+    batch: int = 0
+    prefill_tokens: int = 0
+    ctx_tokens: int = 0
+    n_waiting: int = 0  # requests in the engine's waiting queue after the step
+    n_running: int = 0  # requests running after the step
+    n_preempted: int = 0  # requests evicted in this step
+
+
+class Engine(Protocol):
+    name: str
+    limits: EngineLimits
+
+    def add(self, rid: str, prompt_ids: list[int], max_tokens: int, priority: int, arrival_time: float) -> None:
+        """Queue one request that must generate exactly `max_tokens` tokens; raise RequestRejected."""
+        ...
+
+    def step(self) -> StepInfo: ...
+
+    def has_unfinished(self) -> bool: ...
+
+    def abort(self, rids: list[str]) -> None: ...

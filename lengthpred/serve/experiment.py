@@ -1,0 +1,206 @@
+"""The serving comparison: calibrate, then loads × repeats × policies on one engine, each run replayed by
+the simulator; tidy frames in the T5 format.
+
+1. Calibration: a burst of requests at t = 0 under FCFS fills the batch and drains it; the step times give
+   the profile (`lengthpred.serve.profile_fit`) whose capacity (`lengthpred.sched.workload.capacity`)
+   turns each load (a fraction of capacity) into an arrival rate. The simulator replays the runs on this
+   profile, fitted on the calibration run only, so the fidelity comparison is out of sample; a second fit
+   on every run's steps (`fit_all`) shows whether a miss is the model's form or the calibration.
+2. Runs: per repeat, one draw of requests (prompt, replayed length) and one arrival pattern; per load the
+   pattern is scaled to that rate; per policy the same work is served (common random numbers). Policies
+   run in turn within each (repeat, load), so drift on a shared machine hits them alike.
+3. Each run: metrics (`lengthpred.serve.metrics`), overload check, and its simulation on the profile.
+
+Frames (`GridResult`): `runs` (tidy T5 rows: hardware, data, policy, predictor, load, seed, metric, value;
+hardware = the engine's name for real runs, `sim:<profile>` for simulated ones), `requests` and `steps`
+(per request / per step of every real run, with seed, load, policy, predictor), `fidelity` (per run and
+metric: real, sim, signed and absolute error), `residuals` (step-time model vs measured per regime).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lengthpred.errors import DataError
+from lengthpred.sched.workload import capacity
+from lengthpred.serve.clock import WallClock
+from lengthpred.serve.engine import Engine
+from lengthpred.serve.fidelity import errors, sim_metrics, simulate_run, step_residuals
+from lengthpred.serve.metrics import SLO, blank_latencies, overloaded, real_run_metrics
+from lengthpred.serve.predictor import NoPredictor
+from lengthpred.serve.priority import by_sim_policy, get_policy
+from lengthpred.serve.profile_fit import ProfileFit, fit_profile
+from lengthpred.serve.replay import RunLog, replay
+from lengthpred.serve.workload import PromptPool, draw_requests, make_requests, unit_arrivals
+
+log = logging.getLogger("lengthpred.serve")
+KEYS = ["policy", "predictor", "load", "seed"]  # of one run
+
+
+@dataclass
+class ServeSettings:
+    loads: list[float]  # offered load, fraction of the calibrated capacity
+    seeds: list[int]  # repeats: each its own requests and arrival pattern
+    n_requests: int
+    policies: list[str]  # fcfs | sjf | oracle
+    data: str = "demo"
+    arrival: str = "poisson"  # poisson | gamma | trace
+    cv: float = 1.0
+    trace: list[float] | None = None
+    slo: SLO = field(default_factory=SLO)
+    calibration_requests: int = 24
+    horizon_factor: float = 3.0  # a run stops at last arrival + this × (n_requests / capacity)
+    fit_skip: int = 2  # warm-up steps left out of the fit
+    sim: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GridResult:
+    runs: pd.DataFrame
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    fidelity: pd.DataFrame  # against the calibration profile (out of sample)
+    fidelity_all: pd.DataFrame  # against `fit_all` (in sample): is a miss the model's form or the calibration?
+    residuals: pd.DataFrame
+    fit: ProfileFit
+    fit_all: ProfileFit | None  # the same model fitted on every run's steps
+    capacity: float  # req/s on the fitted profile
+    calibration: RunLog | None = None
+    overload: list[dict] = field(default_factory=list)
+
+
+def calibrate(engine: Engine, pool: PromptPool, s: ServeSettings, clock: Any) -> tuple[ProfileFit, RunLog]:
+    """A burst of `calibration_requests` at t = 0 (FCFS) and the profile fitted on its steps."""
+    picks = draw_requests(pool, s.calibration_requests, seed=10_000)
+    reqs = make_requests(pool, picks, np.zeros(len(picks)), tag="calib")
+    run = replay(reqs, engine, get_policy("fcfs"), NoPredictor(), clock)
+    fit = fit_profile([run.steps], engine.limits, name=f"fitted-{engine.name}", skip=s.fit_skip,
+                      source=f"{engine.name}: calibration burst of {len(reqs)} requests")
+    return fit, run
+
+
+def pool_capacity(fit: ProfileFit, pool: PromptPool) -> float:
+    counts = [len(x) for x in pool.samples]
+    return float(capacity(fit.profile, np.repeat(pool.prompt_lengths, counts), pool.lengths))
+
+
+@dataclass
+class _Run:
+    key: dict[str, Any]  # policy (the simulator's name), predictor label, load, seed
+    log: RunLog
+    real: dict[str, float]
+    sim: dict[str, float]
+    sim_requests: pd.DataFrame
+    overload: dict | None
+
+
+def _serve_one(engine: Engine, pool: PromptPool, s: ServeSettings, name: str, label: str, predictor: Any,
+               picks: list, arrivals: np.ndarray, seed: int, load: float, cap: float, fit: ProfileFit,
+               clock: Any) -> _Run:
+    """One run: replay, metrics, overload check, and its simulation on the calibration profile."""
+    pol = get_policy(name)
+    reqs = make_requests(pool, picks, arrivals, tag=f"s{seed}-l{load:g}-{name}")
+    horizon = float(arrivals[-1] + s.horizon_factor * s.n_requests / cap)
+    try:
+        run = replay(reqs, engine, pol, predictor, clock, horizon=horizon)
+    finally:
+        predictor.close()
+    key = {"policy": pol.sim_policy, "predictor": pol.predictor_label(label), "load": float(load), "seed": seed}
+    offered = load * cap  # the arrivals' own rate (unit_arrivals)
+    m = real_run_metrics(run.requests, run.steps, run.end, s.slo)
+    m.update({k: float(v) for k, v in run.predictor.items()})
+    ov = overloaded(offered, cap, run.horizon_hit)
+    m["overload"], m["offered_load"] = float(ov), offered / cap
+    simr = simulate_run(run.requests, pol, fit.profile, s.sim)
+    sm = sim_metrics(simr, s.slo)
+    over = None
+    if ov:  # above capacity a latency measures the run's length, not the server
+        m, sm = blank_latencies(m), blank_latencies(sm)
+        over = {**key, "offered_rate": offered, "capacity": cap, "horizon_hit": run.horizon_hit}
+    return _Run(key, run, m, sm, simr, over)
+
+
+def _describe(r: _Run, cap: float) -> str:
+    k, m = r.key, r.real
+    head = f"seed {k['seed']} load {k['load']:g} {k['policy']}/{k['predictor']}: "
+    if r.overload:
+        return head + (f"OVERLOAD (offered {r.overload['offered_rate']:.3f} req/s, capacity {cap:.3f} req/s"
+                       f"{', cut at the horizon' if r.log.horizon_hit else ''}): no latencies reported; queue max "
+                       f"{m['queue_max']:.0f}")
+    return head + (f"ptl mean {m['per_token_latency_mean']:.3f} s/tok (sim {r.sim['per_token_latency_mean']:.3f}), "
+                   f"queue mean {m['queue_mean']:.1f} max {m['queue_max']:.0f}, batch mean {m['batch_mean']:.1f}, "
+                   f"{int(m['n_finished'])} finished, {int(m['n_rejected'])} rejected")
+
+
+def run_grid(engine: Engine, pool: PromptPool, s: ServeSettings,
+             make_predictor: Callable[[str], tuple[str, Any]], *, clock: Any = None,
+             fit: ProfileFit | None = None, progress: Callable[[str], None] | None = None) -> GridResult:
+    """The whole comparison. `make_predictor(policy)` gives (predictor label, a fresh predictor) for one run."""
+    clock = clock or WallClock()
+    say = progress or log.info
+    cal = None
+    if fit is None:
+        fit, cal = calibrate(engine, pool, s, clock)
+        say(f"calibration: {len(cal.requests)} requests, {fit.n_steps} steps fitted, R²={fit.r2:.3f}, "
+            f"rel. RMSE {fit.rel_rmse:.1%}")
+    cap = pool_capacity(fit, pool)
+    p = fit.profile
+    say(f"profile {p.name}: t_base={p.t_base:.4g} t_seq={p.t_seq:.4g} t_ctx={p.t_ctx:.3g} "
+        f"t_prefill_token={p.t_prefill_token:.3g}; capacity {cap:.3f} req/s")
+    done: list[_Run] = []
+    for seed in s.seeds:  # one draw of requests and one arrival pattern per repeat: paired runs
+        picks = draw_requests(pool, s.n_requests, seed)
+        unit = unit_arrivals(s.n_requests, seed, s.arrival, s.cv, s.trace)
+        for load in s.loads:
+            for name in s.policies:  # in turn, so drift on a shared machine hits every policy alike
+                label, predictor = make_predictor(name)
+                done.append(_serve_one(engine, pool, s, name, label, predictor, picks, unit / (load * cap), seed,
+                                       load, cap, fit, clock))
+                say(_describe(done[-1], cap))
+    return _collect(done, engine, s, fit, cap, cal)
+
+
+def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit, cap: float,
+             cal: RunLog | None) -> GridResult:
+    sim_name = f"sim:{fit.profile.name}"
+    rows = []
+    for r in done:
+        rows += [(engine.name, s.data, *r.key.values(), k, v) for k, v in r.real.items()]
+        rows += [(sim_name, s.data, *r.key.values(), k, v) for k, v in r.sim.items()]
+    runs = pd.DataFrame(rows, columns=["hardware", "data", *KEYS, "metric", "value"])
+    fid = pd.DataFrame([{**r.key, **e} for r in done if not r.overload for e in errors(r.real, r.sim)])
+    requests = pd.concat([r.log.requests.assign(**r.key, sim_first_token=r.sim_requests["first_token"],
+                                                sim_finish=r.sim_requests["finish"]) for r in done],
+                         ignore_index=True) if done else pd.DataFrame()
+    steps = pd.concat([r.log.steps.assign(**r.key) for r in done], ignore_index=True) if done else pd.DataFrame()
+    fit_all, fid_all = None, pd.DataFrame()
+    if done:
+        try:
+            fit_all = fit_profile([r.log.steps for r in done], engine.limits, name=f"fitted-{engine.name}-all",
+                                  skip=s.fit_skip, source=f"{engine.name}: every run's steps (in sample)")
+        except DataError:
+            pass
+    if fit_all is not None:
+        fid_all = pd.DataFrame([
+            {**r.key, **e} for r in done if not r.overload
+            for e in errors(r.real, sim_metrics(simulate_run(r.log.requests, by_sim_policy(r.key["policy"]),
+                                                             fit_all.profile, s.sim), s.slo))])
+    resid = step_residuals(steps, fit.profile) if len(steps) else pd.DataFrame()
+    return GridResult(runs, requests, steps, fid, fid_all, resid, fit, fit_all, cap, cal,
+                      [r.overload for r in done if r.overload])
+
+
+def fidelity_summary(fid: pd.DataFrame) -> pd.DataFrame:
+    """Per (load, policy, predictor, metric): mean real and simulated value over repeats, mean signed
+    error, mean and max absolute error."""
+    if fid.empty:
+        return fid
+    g = fid.groupby(["load", "policy", "predictor", "metric"], sort=True)
+    return g.agg(real=("real", "mean"), sim=("sim", "mean"), signed_err=("signed_err", "mean"),
+                 abs_err=("abs_err", "mean"), max_abs_err=("abs_err", "max"), n=("seed", "size")).reset_index()

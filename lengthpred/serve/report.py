@@ -1,0 +1,135 @@
+"""Printed tables and figures of a serving comparison: real results with CIs, real vs simulated, the
+per-token latency CDF and the waiting queue over time."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+FID_COLUMNS = [("per_token_latency_mean", "ptl mean"), ("per_token_latency_p90", "ptl p90"),
+               ("ttft_mean", "TTFT mean"), ("ttft_p90", "TTFT p90"), ("jct_mean", "JCT mean"), ("jct_p90", "JCT p90")]
+RESULT_COLUMNS = [("per_token_latency_mean", "ptl mean (s/tok) ↓", 3), ("per_token_latency_p99", "ptl p99 ↓", 3),
+                  ("ttft_mean", "TTFT mean (s) ↓", 2), ("tpot_mean", "TPOT mean (s) ↓", 3),
+                  ("jct_mean", "JCT mean (s) ↓", 1), ("throughput", "tok/s ↑", 1), ("goodput", "goodput (req/s) ↑", 3),
+                  ("queue_mean", "queue mean", 1), ("queue_max", "queue max", 0),
+                  ("prediction_wait_mean", "pred. wait (s)", 3)]
+
+
+def _cell(v: float, lo: float = math.nan, hi: float = math.nan, nd: int = 3) -> str:
+    if v is None or not math.isfinite(v):
+        return "—"
+    txt = f"{v:.{nd}f}"
+    if math.isfinite(lo) and math.isfinite(hi):
+        txt += f" [{lo:.{nd}f}, {hi:.{nd}f}]"
+    return txt
+
+
+def results_table(summary: pd.DataFrame, hardware: str) -> str:
+    """Markdown: one row per (load, policy, predictor) of the real runs; means over repeats [95% CI]."""
+    s = summary[summary["hardware"] == hardware]
+    head = ["load", "policy", "predictor", *(c[1] for c in RESULT_COLUMNS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (load, pol, pred), g in s.groupby(["load", "policy", "predictor"], sort=True):
+        by = g.set_index("metric")
+        if by["value"].get("overload", 0) >= 0.5:
+            lines.append(f"| {load:g} | {pol} | {pred} | OVERLOAD (offered load {by['value'].get('offered_load', math.nan):.2f}"
+                         f" of capacity): no latency |" + " |" * (len(RESULT_COLUMNS) - 1))
+            continue
+        cells = []
+        for m, _, nd in RESULT_COLUMNS:
+            if m in by.index:
+                r = by.loc[m]
+                ci = m == "per_token_latency_mean"
+                cells.append(_cell(r["value"], r["ci_low"] if ci else math.nan, r["ci_high"] if ci else math.nan, nd))
+            else:
+                cells.append("—")
+        lines.append(f"| {load:g} | {pol} | {pred} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fidelity_table(fsum: pd.DataFrame) -> str:
+    """Markdown: real / simulated (signed error) per (load, policy) and metric, means over repeats, and the
+    worst absolute errors against the goals (≤ 5% on means, ≤ 10% everywhere)."""
+    if fsum.empty:
+        return "(no run to compare: every run was overloaded)"
+    head = ["load", "policy", *(c[1] for c in FID_COLUMNS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (load, pol), g in fsum.groupby(["load", "policy"], sort=True):
+        by = g.set_index("metric")
+        cells = []
+        for m, _ in FID_COLUMNS:
+            if m not in by.index:
+                cells.append("—")
+                continue
+            r = by.loc[m]
+            cells.append(f"{r['real']:.3g} / {r['sim']:.3g} ({100 * r['signed_err']:+.1f}%)")
+        lines.append(f"| {load:g} | {pol} | " + " | ".join(cells) + " |")
+    means = fsum[fsum["metric"].str.endswith("_mean") & fsum["metric"].isin([c[0] for c in FID_COLUMNS])]
+    shown = fsum[fsum["metric"].isin([c[0] for c in FID_COLUMNS])]
+    worst_mean = float(means["max_abs_err"].max()) if len(means) else math.nan
+    worst = float(shown["max_abs_err"].max()) if len(shown) else math.nan
+    lines += ["", f"Cells: real / simulated (signed error of the mean over repeats). Worst |error| of any repeat: "
+              f"{100 * worst_mean:.1f}% on means (goal ≤ 5%), {100 * worst:.1f}% on every metric shown "
+              f"(goal ≤ 10%)."]
+    return "\n".join(lines)
+
+
+def plot_latency_cdf(requests: pd.DataFrame, path: str | Path) -> Path:
+    """Per-token latency CDF per load (panels) and policy (colours): real solid, simulated dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    loads = sorted(requests["load"].unique())
+    fig, axes = plt.subplots(1, len(loads), figsize=(5 * len(loads), 4), squeeze=False)
+    cmap = plt.get_cmap("tab10")
+    for ax, load in zip(axes[0], loads, strict=True):
+        sub = requests[requests["load"] == load]
+        for k, (pol, g) in enumerate(sub.groupby("policy", sort=True)):
+            for col, ls, tag in (("finish", "-", "real"), ("sim_finish", "--", "sim")):
+                fin = g[col].to_numpy(float)
+                ok = np.isfinite(fin) & (g["status"] == "finished").to_numpy()
+                x = np.sort((fin[ok] - g["arrival"].to_numpy(float)[ok]) / g["target_tokens"].to_numpy(float)[ok])
+                if len(x):
+                    ax.plot(x, np.arange(1, len(x) + 1) / len(x), ls=ls, color=cmap(k % 10), label=f"{pol} ({tag})")
+        ax.set_xscale("log")
+        ax.set_xlabel("per-token latency (s/token)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(f"load {load:g} of capacity")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_queue(steps: pd.DataFrame, path: str | Path, seed: int | None = None) -> Path:
+    """Requests waiting (engine queue + awaiting a prediction) over time, one panel per load, one line per
+    policy, for one repeat (the first by default)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seed = steps["seed"].min() if seed is None else seed
+    s = steps[steps["seed"] == seed]
+    loads = sorted(s["load"].unique())
+    fig, axes = plt.subplots(1, len(loads), figsize=(5 * len(loads), 3.5), squeeze=False)
+    cmap = plt.get_cmap("tab10")
+    for ax, load in zip(axes[0], loads, strict=True):
+        for k, (pol, g) in enumerate(s[s["load"] == load].groupby("policy", sort=True)):
+            ax.step(g["t_end"], g["n_waiting"] + g["n_predicting"], where="post", color=cmap(k % 10), label=pol, lw=1)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("requests waiting")
+        ax.set_title(f"load {load:g}, repeat {seed}")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)

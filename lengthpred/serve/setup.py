@@ -1,0 +1,201 @@
+"""From a composed config to the parts of a serving comparison: settings, prompt pool, engine, predictors.
+
+The prompts are a pooled in-domain split (`serve.split`, default every domain's test prompts), encoded as
+generation encoded them (`lengthpred.prompting.encode_prompt`); their sampled lengths come from the same
+targets the heads were fitted on (`lengthpred.targets.load_targets`: merged generations, else the
+committed reference trace), capped samples counting as the cap.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from lengthpred.errors import ConfigError, DataError
+from lengthpred.serve.experiment import ServeSettings
+from lengthpred.serve.metrics import SLO
+from lengthpred.serve.predictor import NoPredictor, OnlineReadout, TablePredictor
+from lengthpred.serve.workload import PromptPool, build_pool
+
+log = logging.getLogger("lengthpred.serve")
+
+
+def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
+    sc = cfg.serve
+    trace = None
+    if sc.arrival == "trace":
+        if not sc.trace_path:
+            raise ConfigError("serve.arrival=trace needs serve.trace_path (a CSV/Parquet with an `arrival` column)")
+        p = Path(sc.trace_path)
+        df = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+        if "arrival" not in df.columns:
+            raise DataError(f"{p}: no `arrival` column")
+        trace = df["arrival"].astype(float).tolist()
+    bad = [p for p in sc.policies if p not in ("fcfs", "sjf", "oracle")]
+    if bad:
+        raise ConfigError(f"serve.policies {bad}: valid are fcfs, sjf, oracle")
+    if "sjf" in sc.policies and sc.predictor.kind == "none":
+        raise ConfigError("serve.policies has sjf but serve.predictor.kind=none; choose rls or stored")
+    live = sc.predictor.kind == "rls" and sc.predictor.features == "live" and "sjf" in sc.policies
+    if live and sc.engine.kind == "fake" and sc.engine.fake_clock != "wall":
+        raise ConfigError("a live predictor runs on the wall clock: set serve.engine.fake_clock=wall with the fake engine")
+    if not sc.loads or min(sc.loads) <= 0:
+        raise ConfigError(f"serve.loads={list(sc.loads)}: need positive fractions of capacity")
+    return ServeSettings(
+        loads=[float(x) for x in sc.loads], seeds=[int(x) for x in sc.seeds], n_requests=int(sc.n_requests),
+        policies=list(sc.policies), data=str(cfg.data.name), arrival=str(sc.arrival), cv=float(sc.arrival_cv),
+        trace=trace, slo=SLO(float(sc.slo.ttft_s), float(sc.slo.tpot_s)),
+        calibration_requests=int(sc.calibration_requests), horizon_factor=float(sc.horizon_factor),
+        fit_skip=int(sc.fit_skip), sim=dict(OmegaConf.to_container(sc.sim, resolve=True) or {}),
+    )
+
+
+def split_ids(splits: dict, part: str) -> list[str]:
+    """The ids of one in-domain part pooled over domains (`test`: every domain's test prompts)."""
+    ids = sorted({i for d in splits["indomain"].values() for i in d.get(part, [])})
+    if not ids:
+        raise ConfigError(f"serve.split={part!r}: no in-domain prompts in that part (train | val | test)")
+    return ids
+
+
+def encode_ids(cfg: DictConfig, prompts: Any, ids: list[str], tokenizer: Any) -> dict[str, list[int]]:
+    """Token ids of the prompts, encoded as generation encoded them (truncated past the prompt budget)."""
+    from lengthpred.prompting import encode_prompt
+
+    budget = cfg.generate.max_prompt_tokens or int(cfg.model.max_context) - int(cfg.generate.max_new_tokens)
+    row = {pid: k for k, pid in enumerate(prompts["id"])}
+    missing = [i for i in ids if i not in row]
+    if missing:
+        raise DataError(f"{len(missing)} split ids are not in the prompt table (e.g. {missing[0]})")
+    return {i: encode_prompt(tokenizer, list(prompts[row[i]]["messages"]), max_prompt_tokens=budget,
+                             overflow="truncate", prompt_id=i) for i in ids}
+
+
+def load_inputs(cfg: DictConfig, tokenizer: Any) -> tuple[PromptPool, Any, dict, pd.DataFrame]:
+    """(pool of replayed prompts, prompt table, splits, per-prompt targets)."""
+    from lengthpred.data import load_prompts, load_splits
+    from lengthpred.targets import load_targets
+
+    prompts, splits, targets = load_prompts(cfg.data), load_splits(cfg.data), load_targets(cfg)
+    ids = split_ids(splits, cfg.serve.split)
+    tokens = encode_ids(cfg, prompts, ids, tokenizer)
+    cap = cfg.serve.length_cap
+    samples = {str(i): [min(int(x), int(cap)) if cap else int(x) for x in v] for i, v in targets["lengths"].items()}
+    return build_pool(ids, tokens, samples), prompts, splits, targets
+
+
+def make_engine(cfg: DictConfig) -> tuple[Any, Any]:
+    """(engine, clock): vLLM on the model's checkpoint and the wall clock, or the fake engine on a virtual one."""
+    ec = cfg.serve.engine
+    if ec.kind == "fake":
+        from lengthpred.sched.hardware import get_profile
+        from lengthpred.serve.clock import VirtualClock, WallClock
+        from lengthpred.serve.fake import FakeEngine
+
+        clock = VirtualClock() if ec.fake_clock == "virtual" else WallClock()
+        prof = get_profile(ec.fake_profile, {"max_batch": int(ec.max_num_seqs),
+                                             "token_budget": int(ec.max_num_batched_tokens)})
+        return FakeEngine(prof, clock, max_model_len=int(ec.max_model_len)), clock
+    if ec.kind != "vllm":
+        raise ConfigError(f"serve.engine.kind={ec.kind!r}; valid: vllm, fake")
+    from lengthpred.models.serving import _checkpoint_dir
+    from lengthpred.serve.clock import WallClock
+    from lengthpred.serve.vllm_engine import VLLMEngine
+
+    spec = instantiate(cfg.model)
+    engine = VLLMEngine(_checkpoint_dir(spec), dtype=str(ec.dtype), max_model_len=int(ec.max_model_len),
+                        max_num_seqs=int(ec.max_num_seqs), max_num_batched_tokens=int(ec.max_num_batched_tokens),
+                        seed=int(ec.seed), temperature=float(ec.temperature), top_p=float(ec.top_p),
+                        engine_args=dict(OmegaConf.to_container(ec.args, resolve=True) or {}))
+    return engine, WallClock()
+
+
+def stored_predictions(path: str | Path, head: str, split: str) -> dict[str, float]:
+    """A saved head's predictions on a split (glob), by prompt id, from `predictions.parquet` file(s)
+    (`lengthpred.sched.sources.read_prediction_files`: the newest file that has the head)."""
+    import fnmatch
+
+    from lengthpred.sched.sources import read_prediction_files
+
+    df = read_prediction_files(path)
+    in_split = np.array([fnmatch.fnmatchcase(str(s), split) for s in df["split"]], dtype=bool)
+    df = df[(df["head"] == head).to_numpy() & in_split]
+    if df.empty:
+        raise DataError(f"{path}: no predictions of head {head!r} on split {split!r}")
+    return {str(i): float(v) for i, v in df.groupby("id")["y_pred"].first().items()}
+
+
+def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, targets: pd.DataFrame,
+                      tokenizer: Any) -> Callable[[str], tuple[str, Any]]:
+    """`make(policy) -> (label, fresh predictor)`: policies without predictions get a `NoPredictor`."""
+    pc = cfg.serve.predictor
+    kind = pc.kind
+    if kind == "none" or "sjf" not in cfg.serve.policies:
+        return lambda policy: ("none", NoPredictor())
+    if kind == "stored":
+        values = stored_predictions(pc.predictions_path, pc.head, f"indomain/*/{cfg.serve.split}")
+        missing = [i for i in pool.ids if i not in values]
+        if missing:
+            raise DataError(f"head {pc.head}: no stored prediction for {len(missing)} of {len(pool)} prompts")
+        return lambda policy: (pc.head, TablePredictor(values, pc.head) if policy == "sjf" else NoPredictor())
+    if kind != "rls":
+        raise ConfigError(f"serve.predictor.kind={kind!r}; valid: rls, stored, none")
+    if pc.features not in ("live", "stored"):
+        raise ConfigError(f"serve.predictor.features={pc.features!r}; valid: live, stored")
+    featurize, est = _rls_readout(cfg, pool, prompts, splits, targets, tokenizer)
+    label = f"rls@{float(pc.forgetting):g}" + ("" if pc.features == "live" else "+stored")
+    live = pc.features == "live"
+    if live:
+        def rows(req):
+            return featurize(req.prompt_ids)
+    else:
+        table = featurize.cached(pool.ids, pool.token_ids)
+
+        def rows(req):
+            return table[req.prompt_id]
+    return lambda policy: (label, OnlineReadout(rows, est, live=live, name=label) if policy == "sjf" else NoPredictor())
+
+
+class _CachedFeaturizer:
+    def __init__(self, featurizer: Any, path: Path) -> None:
+        self.f, self.path = featurizer, path
+
+    def __call__(self, token_ids: list[int]) -> np.ndarray:
+        return self.f(token_ids)
+
+    def cached(self, ids: list[str], token_ids: list[list[int]]) -> dict[str, np.ndarray]:
+        from lengthpred.serve.featurize import cached_rows
+
+        return cached_rows(self.f, ids, token_ids, self.path)
+
+
+def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, targets: pd.DataFrame,
+                 tokenizer: Any) -> tuple[_CachedFeaturizer, Any]:
+    """The embedded model's prefill featurizer and an RLS readout warm-started (ridge, alpha by RidgeCV as
+    the linear head chooses it) on the `fit_split` prompts' features and targets."""
+    from lengthpred.models.serving import load_causal_lm
+    from lengthpred.online.config import select_alpha
+    from lengthpred.online.rls import RLSRegressor
+    from lengthpred.serve.featurize import PrefillFeaturizer
+
+    pc = cfg.serve.predictor
+    spec = instantiate(cfg.model)
+    model, _ = load_causal_lm(spec)
+    f = PrefillFeaturizer(model, int(pc.layer), threads=pc.threads)
+    path = Path(pc.cache_dir) / f"{cfg.model.name}-{spec.dtype}-hs.L{int(pc.layer)}.last.npz"
+    feat = _CachedFeaturizer(f, path)
+    ids = [i for i in split_ids(splits, pc.fit_split) if i in targets.index]
+    tokens = encode_ids(cfg, prompts, ids, tokenizer)
+    X = np.stack([v for v in feat.cached(ids, [tokens[i] for i in ids]).values()])  # [n, d]
+    y = targets.loc[ids, "target"].to_numpy(float)
+    alpha = select_alpha(X, y, list(pc.alphas))
+    est = RLSRegressor(alpha, forgetting=float(pc.forgetting)).fit(X, y)
+    log.info("RLS readout warm-started on %d %s prompts (layer %d, alpha %g)", len(ids), pc.fit_split, pc.layer, alpha)
+    return feat, est

@@ -1,0 +1,125 @@
+"""vLLM's engine driven in-process, one `step()` at a time, with priority scheduling.
+
+`VLLM_ENABLE_V1_MULTIPROCESSING=0` keeps the engine core in this process (vLLM's `InprocClient`): each
+`LLMEngine.step()` schedules, runs the model and returns, so the replay loop times every step exactly
+and nothing runs behind its back. A thin wrapper on the scheduler's `schedule()` reads what each step
+runs (requests, prompt tokens prefilled, context held), the inputs of the step-time fit. Every request
+replays a known length: `ignore_eos` with `max_tokens` set to it, as serving benchmarks do, so runs
+under different policies do identical work. Prefix caching is off: the simulator does not model it and
+a cached prompt would make a repeat run cheaper than the first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from lengthpred.errors import ModelError
+from lengthpred.serve.engine import EngineLimits, RequestRejected, StepInfo
+
+log = logging.getLogger(__name__)
+
+SETUP_HINT = "create it with `make serve-setup` (the vLLM venv .venv-vllm) and run `.venv-vllm/bin/python scripts/serve.py`"
+
+
+def engine_error(what: str) -> ModelError:
+    """One line naming the interpreter's venv and the command that creates a working one."""
+    return ModelError(f"{what} in the venv {sys.prefix}; {SETUP_HINT}")
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, checkpoint: str, *, dtype: str = "bfloat16", max_model_len: int = 2048,
+                 max_num_seqs: int = 8, max_num_batched_tokens: int = 2048, seed: int = 0,
+                 temperature: float = 0.7, top_p: float = 0.9, engine_args: dict[str, Any] | None = None) -> None:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its envs
+        try:
+            from vllm import EngineArgs
+            from vllm.sampling_params import RequestOutputKind, SamplingParams
+            from vllm.v1.engine.llm_engine import LLMEngine
+        except ImportError as e:
+            raise engine_error(f"vLLM cannot be imported ({e})") from None
+        self._SamplingParams, self._kind = SamplingParams, RequestOutputKind.DELTA
+        try:  # vLLM's own validation errors (prompt too long, ...) are not all ValueErrors
+            from vllm.exceptions import VLLMClientError
+
+            self._rejectable: tuple[type[BaseException], ...] = (ValueError, TypeError, VLLMClientError)
+        except ImportError:
+            self._rejectable = (ValueError, TypeError)
+        self.temperature, self.top_p = temperature, top_p
+        kw: dict[str, Any] = dict(model=checkpoint, dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                                  max_num_batched_tokens=max_num_batched_tokens, scheduling_policy="priority",
+                                  enable_prefix_caching=False, enforce_eager=True, seed=seed, disable_log_stats=True)
+        kw.update(engine_args or {})
+        try:
+            self.llm = LLMEngine.from_engine_args(EngineArgs(**kw))
+        except Exception as e:  # vLLM raises many kinds at start-up; the user needs one line
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise engine_error(f"the vLLM engine failed to start ({type(e).__name__}: {first[:200]})") from None
+        core = getattr(self.llm.engine_core, "engine_core", None)
+        if core is None:
+            raise engine_error("vLLM started its engine in another process (VLLM_ENABLE_V1_MULTIPROCESSING=0 was "
+                               "ignored); per-step timing needs it in-process")
+        self.scheduler = core.scheduler
+        self._wrap_schedule()
+        cache = self.llm.vllm_config.cache_config
+        sched_cfg = self.llm.vllm_config.scheduler_config
+        self.limits = EngineLimits(max_batch=int(sched_cfg.max_num_seqs),
+                                   token_budget=int(sched_cfg.max_num_batched_tokens),
+                                   kv_blocks=int(cache.num_gpu_blocks or 1), block_size=int(cache.block_size),
+                                   max_model_len=int(self.llm.model_config.max_model_len))
+        self._step: StepInfo | None = None
+
+    def _wrap_schedule(self) -> None:
+        """Record each step's work right after scheduling, while finished requests still exist."""
+        sched = self.scheduler
+        original = sched.schedule
+
+        def schedule(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            info = StepInfo(batch=len(out.num_scheduled_tokens), n_preempted=len(out.preempted_req_ids or ()))
+            for rid, k in out.num_scheduled_tokens.items():
+                req = sched.requests[rid]
+                after = int(req.num_computed_tokens)  # advanced by `k` inside schedule()
+                if after - k < int(req.num_tokens) - 1:  # a prompt (or a recomputed context) chunk
+                    info.prefill_tokens += int(k)
+                info.ctx_tokens += after
+            self._step = info
+            return out
+
+        sched.schedule = schedule
+
+    def add(self, rid: str, prompt_ids: list[int], max_tokens: int, priority: int, arrival_time: float) -> None:
+        from vllm.inputs import TokensPrompt
+
+        try:
+            params = self._SamplingParams(max_tokens=int(max_tokens), ignore_eos=True, temperature=self.temperature,
+                                          top_p=self.top_p, detokenize=False, output_kind=self._kind)
+            self.llm.add_request(rid, TokensPrompt(prompt_token_ids=list(prompt_ids)), params,
+                                 arrival_time=arrival_time, priority=int(priority))
+        except self._rejectable as e:  # vLLM's validation: prompt too long, bad sampling settings
+            raise RequestRejected(f"request {rid}: {str(e).strip().splitlines()[0][:300]}") from None
+
+    def step(self) -> StepInfo:
+        self._step = None
+        outs = self.llm.step()
+        info = self._step or StepInfo()
+        for o in outs:
+            n = sum(len(c.token_ids) for c in o.outputs)
+            if n:
+                info.new_tokens[o.request_id] = n
+            if o.finished:
+                info.finished.append(o.request_id)
+        info.n_waiting = len(self.scheduler.waiting) + len(getattr(self.scheduler, "kv_holding_waiting", ()) or ())
+        info.n_running = len(self.scheduler.running)
+        return info
+
+    def has_unfinished(self) -> bool:
+        return bool(self.llm.has_unfinished_requests())
+
+    def abort(self, rids: list[str]) -> None:
+        if rids:
+            self.llm.abort_request(list(rids))

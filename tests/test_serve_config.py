@@ -1,0 +1,88 @@
+"""The serve config group, bad input (engine that cannot start, bad settings) and scripts/serve.py end to end
+on the fake engine with stored predictions."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import open_dict
+
+from lengthpred.errors import ConfigError, ModelError
+from lengthpred.paths import REPO_ROOT
+from lengthpred.serve import setup
+
+from .conftest import compose_cfg
+
+HAS_DEMO = (REPO_ROOT / "data/splits/demo/splits.json").is_file() and \
+    (REPO_ROOT / "data/reference/smollm2-135m/demo.jsonl").is_file()
+
+
+def test_default_settings_compose():
+    cfg = compose_cfg()
+    s = setup.settings_from_cfg(cfg)
+    assert s.policies == ["fcfs", "sjf", "oracle"] and len(s.seeds) >= 3 and len(s.loads) >= 2
+    assert max(s.loads) < 1.0  # the default compares policies below capacity
+    smoke = setup.settings_from_cfg(compose_cfg(["serve=smoke"]))
+    assert smoke.n_requests < s.n_requests
+    demo = compose_cfg(["experiment=demo"])  # what `make serve` composes
+    assert demo.serve.engine.kind == "vllm" and demo.serve.predictor.kind == "rls" and demo.data.name == "demo"
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["serve.policies=[fcfs,srpt]"], "valid are fcfs, sjf, oracle"),
+    (["serve.predictor.kind=none"], "sjf but serve.predictor.kind=none"),
+    (["serve.engine.kind=fake"], "fake_clock=wall"),
+    (["serve.loads=[0.5,-1]"], "positive fractions"),
+    (["serve.arrival=trace"], "trace_path"),
+])
+def test_bad_settings_fail_before_any_work(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        setup.settings_from_cfg(compose_cfg(overrides))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is importable in this venv")
+def test_engine_that_cannot_start_names_the_venv_and_the_command():
+    from lengthpred.serve.vllm_engine import VLLMEngine
+
+    with pytest.raises(ModelError) as e:
+        VLLMEngine("/nowhere")
+    msg = str(e.value)
+    assert "\n" not in msg and "make serve-setup" in msg and ".venv-vllm" in msg and "venv" in msg
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not HAS_DEMO, reason="needs the prepared demo split and the committed reference trace")
+def test_serve_script_end_to_end_on_the_fake_engine(tmp_path):
+    import importlib.machinery
+
+    from lengthpred.tracking import Tracker
+
+    splits = json.loads((REPO_ROOT / "data/splits/demo/splits.json").read_text())
+    ids = sorted({i for d in splits["indomain"].values() for i in d["test"]})
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"head": "h", "split": "indomain/all/test", "id": ids, "y_true": 100.0,
+                  "y_pred": rng.uniform(10, 500, len(ids))}).to_parquet(tmp_path / "predictions.parquet")
+    cfg = compose_cfg(["serve.engine.kind=fake", "serve.predictor.kind=stored", "serve.predictor.head=h",
+                       f"serve.predictor.predictions_path={tmp_path / 'predictions.parquet'}", "serve.n_requests=12",
+                       "serve.seeds=[0]", "serve.loads=[0.9]", "serve.calibration_requests=8", "serve.fit_skip=0",
+                       "serve.engine.max_num_seqs=3", "serve.plots=true"])
+    with open_dict(cfg):
+        cfg.serve.out_dir = str(tmp_path / "out")
+    loader = importlib.machinery.SourceFileLoader("serve_script", str(REPO_ROOT / "scripts/serve.py"))
+    mod = loader.load_module()
+    mod._run(cfg, Tracker(None))
+    out = tmp_path / "out"
+    for f in ("serve_runs.csv", "serve_results.csv", "serve_gains.csv", "serve_fidelity.csv", "profile.json",
+              "serve_requests.parquet", "serve_steps.parquet", "serve_latency_cdf.png", "serve_queue.png",
+              "calibration_steps.parquet", "fidelity_in_sample_summary.csv", "step_residuals.csv", "serve.json"):
+        assert (out / f).is_file(), f
+    res = pd.read_csv(out / "serve_results.csv")
+    assert set(res["hardware"]) == {"fake", "sim:fitted-fake"}
+    assert {"per_token_latency_mean", "ttft_p99", "tpot_mean", "goodput", "queue_mean"} <= set(res["metric"])
+    assert set(res[res["policy"] == "sjf"]["predictor"]) == {"h"}
+    fid = pd.read_csv(out / "serve_fidelity.csv")
+    assert len(fid) and fid["abs_err"].max() < 1e-6
