@@ -268,7 +268,8 @@ def simulate(
                 k = math.ceil(d / alpha - 1e-12)
             else:
                 b2 = alpha - beta / 2
-                k = math.ceil((-b2 + math.sqrt(b2 * b2 + 2 * beta * d)) / beta - 1e-12)
+                # (-b2 + sqrt(b2² + 2βd)) / β without its cancellation when β is tiny
+                k = math.ceil(2 * d / (b2 + math.sqrt(b2 * b2 + 2 * beta * d)) - 1e-12)
             K = max(1, min(K, k))
             T = extra + K * alpha + beta * K * (K - 1) / 2
         t += T
