@@ -41,10 +41,11 @@ def test_demo_splits_shape(demo):
         assert not set(parts["train"]) & set(parts["test"])
     assert len(splits["cross"]) == 6 * 6  # 5 single sources + the mix, per target
     assert all(p["shift"]["length_wasserstein"] >= 0 for p in splits["cross"])
-    train = {i for parts in splits["indomain"].values() for i in parts["train"]}
+    seen = {i for parts in splits["indomain"].values() for i in parts["train"] + parts["val"]}
     assert splits["forelen"]["reasoning"] == []
+    assert len(splits["forelen"]["longseq"]) == 30 and len(splits["forelen"]["rl"]) == 24
     for name in ("longseq", "rl"):
-        assert len(splits["forelen"][name]) == 30 and not set(splits["forelen"][name]) & train
+        assert not set(splits["forelen"][name]) & seen
 
 
 # sha1 of the sorted ids of data=bench (6 x 400 prompts + 40 CoT variants of val/test math prompts): the
@@ -61,11 +62,12 @@ def test_bench_selection_is_frozen_and_contains_the_demo(demo, tmp_path):
     for parts in splits["indomain"].values():
         assert [len(parts[k]) for k in ("train", "val", "test")] == [240, 80, 80]
     train = {i for parts in splits["indomain"].values() for i in parts["train"]}
+    val = {i for parts in splits["indomain"].values() for i in parts["val"]}
     for pair in splits["cross"]:
         assert len(pair["test"]) == 80 and not set(pair["train"]) & set(pair["test"])
     by_id = {r["id"]: r for r in records}
     train_texts = {by_id[i]["messages"][-1]["content"] for i in train}
     for name, sub in splits["forelen"].items():
-        assert len(sub) >= 30 and not set(sub) & train, name
+        assert len(sub) >= 30 and not set(sub) & (train | val), name
     for i in splits["forelen"]["reasoning"]:  # no CoT variant of a train prompt
         assert by_id[i]["messages"][-1]["content"].rsplit("\n\n", 1)[0] not in train_texts

@@ -117,7 +117,9 @@ def build_from_sources(data_cfg: DictConfig) -> tuple[list[Record], dict[str, An
     splits = {
         "indomain": indomain,
         "cross": pairs,
-        "forelen": forelen(flat, cot, fl, seed, exclude=train_ids),
+        # heads also leave out what they selected on (val), so subsets are drawn from test prompts only
+        "forelen": forelen(flat, cot, fl, seed, exclude=train_ids | (
+            {i for parts in indomain.values() for i in parts["val"]} if train_ids else set())),
         "meta": {
             "seed": seed,
             "counts": {d: len(v) for d, v in selected.items()},
