@@ -1,0 +1,227 @@
+"""`experiment=castillo`: the whole cross-model run, stage by stage, each stage timed.
+
+union (read every CASTILLO file) → sample (`data.per_dataset` prompts per dataset) → split (shared, by
+prompt, stratified by dataset) → token counts (truncation counted) → features (one prefill per prompt,
+only the columns the heads read) → fits (every head per fit target) → ceilings → scores → tables and plots.
+
+Writes into `out_dir`: `union/` (prompts.jsonl, lengths.npz), `split.json`, `coverage.csv`, `fits.csv`,
+`predictions.parquet`, `results.csv`, `ceilings_test.csv`, `ceilings_all.csv`, `transfer_<head>.csv`,
+`tables/` (T7*.md/.tex/.csv), `plots/`, `summary.json` (sizes, warnings, stage times); with `docs_dir`,
+the Markdown tables and figures are copied there too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig
+
+from lengthpred.crossmodel.ceilings import POOLED, ceiling_lookup, ceiling_range, ceiling_table
+from lengthpred.crossmodel.fits import HeadSpec, fit_all, head_specs
+from lengthpred.crossmodel.inputs import PromptInputs, prompt_tokens
+from lengthpred.crossmodel.plots import achieved_vs_ceiling, heatmap_transfer
+from lengthpred.crossmodel.scoring import score_all, transfer_matrix, write_results
+from lengthpred.crossmodel.split import (
+    PARTS,
+    coverage,
+    coverage_warnings,
+    sample_per_dataset,
+    stratified_split,
+)
+from lengthpred.crossmodel.table import short_model
+from lengthpred.crossmodel.tables import table_ceilings, table_t7, table_t7_datasets, table_t7_summary
+from lengthpred.crossmodel.union import PromptUnion, read_union
+from lengthpred.errors import ConfigError
+from lengthpred.paths import resolve
+
+log = logging.getLogger("lengthpred.crossmodel")
+
+
+class Timer:
+    """Wall-clock seconds per named stage (summary.json `seconds`)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        log.info("castillo: %s ...", name)
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.perf_counter() - t0, 1)
+            log.info("castillo: %s done in %.1f s", name, self.seconds[name])
+
+
+def load_union(data: DictConfig) -> PromptUnion:
+    if data.get("kind") != "castillo_union":
+        raise ConfigError(f"experiment=castillo reads data=castillo_all (kind castillo_union), not data={data.name}")
+    return read_union(resolve(str(data.root)), models=data.get("models", "all"), datasets=data.get("datasets", "all"),
+                      prompt_field=str(data.prompt_field), length_field=str(data.length_field),
+                      n_samples=int(data.n_samples), cap=data.get("cap"), on_bad_input=str(data.on_bad_input))
+
+
+def _check_heads(cm: DictConfig, specs: list[HeadSpec]) -> None:
+    names = {s.name for s in specs}
+    if str(cm.primary_head) not in names:
+        raise ConfigError(f"crossmodel.primary_head={cm.primary_head!r} is not among the heads {sorted(names)}")
+    extra = sorted(set(map(str, cm.transfer_heads)) - names)
+    if extra:
+        raise ConfigError(f"crossmodel.transfer_heads: {extra} are not among the heads {sorted(names)}")
+
+
+def _feature_columns(cfg: DictConfig, specs: list[HeadSpec]) -> list[str]:
+    """The columns the heads read, checked against the features config before any extraction."""
+    from lengthpred.features import settings_from_cfg
+    from lengthpred.heads.run import check_features_config
+
+    settings = settings_from_cfg(cfg)
+    cols = []
+    for s in specs:
+        if s.feature is not None:
+            check_features_config(settings, s.feature, None, str(s.cfg.get("pooling")))
+            cols.append(s.feature)
+    return sorted(set(cols))
+
+
+def _write_union(union: PromptUnion, out: Path) -> None:
+    d = out / "union"
+    d.mkdir(parents=True, exist_ok=True)
+    with (d / "prompts.jsonl").open("w", encoding="utf-8") as f:
+        for r in union.records:
+            f.write(json.dumps({k: r[k] for k in ("id", "dataset", "domain", "messages")}, ensure_ascii=False) + "\n")
+    union.table.save(d / "lengths.npz")
+
+
+def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tokenizer: Any = None) -> dict[str, Any]:
+    """Run every stage (module docstring); `model`/`tokenizer` replace the configured serving model (tests)."""
+    cm, data = cfg.crossmodel, cfg.data
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    timer = Timer()
+    seed = int(data.get("seed", cfg.get("seed", 0)))
+    with timer.stage("union"):
+        union = load_union(data)
+        specs = head_specs(cfg, union.table.models)
+        _check_heads(cm, specs)
+        columns = _feature_columns(cfg, specs)
+        _write_union(union, out)
+    table, dataset_of = union.table, union.dataset_of
+    with timer.stage("split"):
+        chosen = sample_per_dataset(table.ids, dataset_of, data.get("per_dataset"), seed)
+        split = stratified_split(chosen, dataset_of, data.split, seed)
+        cov = coverage(table, split, dataset_of)
+        warnings = coverage_warnings(cov, int(cm.min_train), int(cm.min_test))
+        for w in warnings:
+            log.warning("castillo: %s", w)
+        (out / "split.json").write_text(json.dumps(split, indent=1) + "\n")
+        cov.to_csv(out / "coverage.csv", index=False)
+    by_id = {r["id"]: r for r in union.records}
+    records = [by_id[i] for i in chosen]
+    with timer.stage("tokens"):
+        if tokenizer is None:
+            from hydra.utils import instantiate
+
+            from lengthpred.models import load_tokenizer
+
+            tokenizer = load_tokenizer(instantiate(cfg.model))
+        n_tokens = prompt_tokens(tokenizer, records)
+    features = None
+    if columns:
+        from lengthpred.features import ensure_features
+
+        with timer.stage("features"):
+            prompts = [{"id": r["id"], "messages": r["messages"]} for r in records]
+            features = ensure_features(cfg, prompts, model=model, tokenizer=tokenizer)
+    inputs = PromptInputs.build(records, features, columns, n_tokens)
+    fits_frames, pred_frames = [], []
+    for kind in ("heads", "proxy_heads"):
+        group = [s for s in specs if (s.name in (cm.get("proxy_heads") or [])) == (kind == "proxy_heads")]
+        if not group:
+            continue
+        with timer.stage(f"fit {kind}"):
+            f, p = fit_all(group, inputs, table, split, min_train=int(cm.min_train))
+            fits_frames.append(f)
+            pred_frames.append(p)
+    fits, preds = pd.concat(fits_frames, ignore_index=True), pd.concat(pred_frames, ignore_index=True)
+    fits.to_csv(out / "fits.csv", index=False)
+    preds.to_parquet(out / "predictions.parquet", index=False)
+    n_boot = int(cm.n_boot)
+    with timer.stage("ceilings"):
+        ceil_test = ceiling_table(table, split["test"], dataset_of, n_boot=n_boot, seed=seed)
+        ceil_all = ceiling_table(table, table.ids, dataset_of, n_boot=0, seed=seed)
+        ceil_test.to_csv(out / "ceilings_test.csv", index=False)
+        ceil_all.to_csv(out / "ceilings_all.csv", index=False)
+    with timer.stage("scores"):
+        results = score_all(preds, fits, table, split["test"], dataset_of, n_boot=n_boot, seed=seed,
+                            min_test=int(cm.min_test))
+        write_results(results, out / "results.csv")
+    with timer.stage("tables"):
+        written = _report(cfg, union, results, fits, ceil_test, ceil_all, out)
+    summary = {
+        "models": table.models, "datasets": union.datasets(), "union": union.report,
+        "n_prompts_union": len(table.ids), "n_prompts_run": len(chosen),
+        "per_dataset_run": {ds: {k: sum(dataset_of[i] == ds for i in split[k]) for k in PARTS}
+                            for ds in union.datasets()},
+        "split_sizes": {k: len(v) for k, v in split.items()},
+        "truncation": truncation_counts(n_tokens, dataset_of, cfg.features.get("max_prompt_tokens")),
+        "feature_columns": columns, "coverage_warnings": warnings,
+        "ceiling_range_loo": ceiling_range(ceil_all).to_dict("records"),
+        "fits": fits.replace({float("nan"): None}).to_dict("records"),
+        "seconds": timer.seconds | {"total": round(sum(timer.seconds.values()), 1)},
+        "written": [str(p) for p in written],
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    return summary
+
+
+def truncation_counts(n_tokens: dict[str, int], dataset_of: dict[str, str], limit: Any) -> dict[str, Any]:
+    """Per dataset: prompts, tokens, and prompts over `limit` (truncated by `encode_prompt`'s rule)."""
+    out: dict[str, Any] = {"max_prompt_tokens": limit}
+    for i, n in sorted(n_tokens.items(), key=lambda kv: (dataset_of[kv[0]], kv[0])):
+        d = out.setdefault(dataset_of[i], {"prompts": 0, "tokens": 0, "tokens_read": 0, "truncated": 0})
+        d["prompts"] += 1
+        d["tokens"] += n
+        d["tokens_read"] += min(n, int(limit)) if limit else n
+        d["truncated"] += int(bool(limit) and n > int(limit))
+    return out
+
+
+def _report(cfg: DictConfig, union: PromptUnion, results: pd.DataFrame, fits: pd.DataFrame, ceil_test: pd.DataFrame,
+            ceil_all: pd.DataFrame, out: Path) -> list[Path]:
+    cm = cfg.crossmodel
+    models, datasets = union.table.models, union.datasets()
+    missing = {tuple(x.split("/", 1)): "no file (not in CASTILLO)" for x in union.report["missing_by_design"]}
+    missing |= {tuple(x.split("/", 1)): "no file" for x in union.report["missing"] if "/" in x}
+    look = ceiling_lookup(ceil_test)
+    primary = str(cm.primary_head)
+    tables = [table_t7(results, fits, look, models), table_t7_summary(results, fits, look, models, primary),
+              table_t7_datasets(results, fits, look, models, datasets, primary, missing),
+              table_ceilings(ceil_all, models, datasets, missing)]
+    written: list[Path] = []
+    for t in tables:
+        written.append(t.write(out / "tables")["md"])
+    pooled = {m: float(look[(m, POOLED)]["ceiling_mean_k"]) for m in models if (m, POOLED) in look}
+    for head in cm.transfer_heads:
+        mat = transfer_matrix(results, str(head), models)
+        mat.rename(index=short_model).to_csv(out / f"transfer_{head}.csv")
+        p = heatmap_transfer(mat, out / "plots" / f"castillo_transfer_{head}.png", str(head), pooled)
+        written += [p] if p else []
+    p = achieved_vs_ceiling(results, look, models, primary, out / "plots" / "castillo_vs_ceiling.png")
+    written += [p] if p else []
+    if cm.get("docs_dir"):
+        docs = resolve(str(cm.docs_dir))
+        for w in written:
+            dst = docs / ("figures" if w.suffix == ".png" else "") / f"{'' if w.suffix == '.png' else 'castillo_'}{w.name}"
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(w, dst)
+    return written

@@ -1,0 +1,116 @@
+"""Fit every head once per fit target (a model's lengths, or the mean over models) and predict every test prompt.
+
+Each fit is `lengthpred.heads.run_training` on the target's own train split, selecting the head config's
+`select:` on the target's own val split. It is handed the whole test split (labelled with the all-models
+mean only to pass its checks; its scores against that label are dropped), so one call predicts every test
+prompt, and scoring against each model's lengths happens afterwards (lengthpred.crossmodel.scoring): the
+diagonal of the transfer matrix is the model's own fit, the rest is transfer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+from threadpoolctl import threadpool_limits
+
+from lengthpred.crossmodel.inputs import PromptInputs
+from lengthpred.crossmodel.table import ALL_MODELS, LengthTable, short_model
+from lengthpred.errors import ConfigError, DataError
+from lengthpred.heads import HEADS, run_training
+from lengthpred.heads.run import feature_name
+from lengthpred.heads.sweep import head_config
+from lengthpred.seeds import seed_columns
+
+log = logging.getLogger(__name__)
+FIT_COLUMNS = ["head", "fit", "status", "n_train", "n_val", "selected", "val_spearman", "n_seeds",
+               "n_parameters", "fit_seconds"]
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """One head: its resolved config, the feature column it reads (None: no prefill feature) and the fit
+    targets (model names or ALL_MODELS) it is fitted on."""
+
+    name: str
+    cfg: dict[str, Any]
+    feature: str | None
+    targets: tuple[str, ...]
+
+
+def _targets(value: Any, models: Sequence[str], what: str) -> tuple[str, ...]:
+    """`all` → every model then ALL_MODELS; else the listed names (each a model or ALL_MODELS)."""
+    if value in (None, "all"):
+        return (*models, ALL_MODELS)
+    names = tuple(str(v) for v in value)
+    unknown = [n for n in names if n not in models and n != ALL_MODELS]
+    if unknown:
+        raise ConfigError(f"crossmodel.{what}: unknown {unknown}; valid: {ALL_MODELS} or one of {list(models)}")
+    return names
+
+
+def head_specs(cfg: DictConfig, models: Sequence[str]) -> list[HeadSpec]:
+    """`crossmodel.heads` on `crossmodel.fit_targets`, `crossmodel.proxy_heads` on `crossmodel.proxy_targets`,
+    each from conf/head/<name>.yaml merged with `crossmodel.head_overrides.<name>`."""
+    cm = cfg.crossmodel
+    overrides = OmegaConf.to_container(cm.get("head_overrides") or {}, resolve=True)
+    specs = []
+    for names, key in ((cm.heads, "fit_targets"), (cm.get("proxy_heads") or [], "proxy_targets")):
+        targets = _targets(cm.get(key), models, key)
+        for name in names:
+            HEADS.get(str(name))  # an unknown head lists the valid ones
+            merged = OmegaConf.merge(head_config(cfg, str(name)), overrides.get(str(name)) or {})
+            hcfg = OmegaConf.to_container(merged, resolve=True)
+            feature = feature_name(merged) if HEADS.get(str(name)).input_kind == "features" else None
+            if HEADS.get(str(name)).input_kind == "tokens":
+                raise ConfigError(f"crossmodel: head {name!r} reads token-level states; this experiment stores "
+                                  "pooled columns only (use linear, probe, egtp, estp)")
+            specs.append(HeadSpec(str(name), hcfg | {"feature": feature}, feature, targets))
+    return specs
+
+
+def fit_one(spec: HeadSpec, target: str, inputs: PromptInputs, table: LengthTable,
+            split: Mapping[str, Sequence[str]], min_train: int) -> tuple[dict[str, Any], pd.DataFrame | None]:
+    """(fit record, predictions on every test prompt or None when the fit could not run)."""
+    rec: dict[str, Any] = {"head": spec.name, "fit": target, "status": "fitted"}
+    train = inputs.labeled(table, target, split["train"], spec.feature)
+    val = inputs.labeled(table, target, split["val"], spec.feature)
+    rec |= {"n_train": len(train), "n_val": len(val)}
+    if len(train) < min_train:
+        return rec | {"status": f"not fitted ({len(train)} train < {min_train})"}, None
+    test = inputs.labeled(table, ALL_MODELS, split["test"], spec.feature)
+    t0 = time.perf_counter()
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):  # many small fits on busy cores (heads.cross)
+            head, m, preds = run_training(spec.name, spec.cfg, train, val if len(val) else None, test,
+                                          split="test", n_seeds=int(spec.cfg.get("n_seeds") or 1))
+    except DataError as e:
+        log.warning("%s on %s: not fitted (%s)", spec.name, short_model(target), e)
+        return rec | {"status": f"not fitted: {e}"}, None
+    rec |= {"selected": str(m["selected"] or ""), "val_spearman": m["val_spearman"],
+            "n_seeds": int(m.get("n_seeds", 1)), "n_parameters": m["n_parameters"],
+            "fit_seconds": round(time.perf_counter() - t0, 2)}
+    keep = ["id", "y_pred", *seed_columns(preds.columns)]
+    return rec, preds[keep].assign(head=spec.name, fit=target)
+
+
+def fit_all(specs: Sequence[HeadSpec], inputs: PromptInputs, table: LengthTable,
+            split: Mapping[str, Sequence[str]], *, min_train: int = 20) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(fit records, predictions: one row per head × fit target × test prompt)."""
+    records, frames = [], []
+    for spec in specs:
+        for target in spec.targets:
+            rec, preds = fit_one(spec, target, inputs, table, split, min_train)
+            records.append(rec)
+            if preds is not None:
+                frames.append(preds)
+            log.info("%s on %s: %s (%.1f s)", spec.name, short_model(target), rec["status"],
+                     rec.get("fit_seconds") or 0.0)
+    fits = pd.DataFrame(records).reindex(columns=FIT_COLUMNS)
+    preds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["head", "fit", "id", "y_pred"])
+    return fits, preds

@@ -1,0 +1,134 @@
+"""experiment=castillo end to end on a synthetic CASTILLO folder with the tiny random-weight model."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from lengthpred.errors import ConfigError
+from tests.conftest import compose_cfg
+from tests.test_crossmodel import G4B, L1B, L31, MODELS, write_castillo
+
+HEADS = "[constant,prompt_len,domain_median,linear,egtp]"
+
+
+def castillo_cfg(tmp_path, *extra: str):
+    root = write_castillo(tmp_path / "validate", n=24)
+    return compose_cfg([
+        "experiment=castillo", "model=tiny", f"data.root={root}", f"data.models=[{','.join(MODELS)}]",
+        "data.datasets=[Alpaca,Apps,Mbpp]", "data.per_dataset=null", f"paths.data_dir={tmp_path / 'data'}",
+        "features.layers=[2]", f"crossmodel.heads={HEADS}", "crossmodel.proxy_heads=[]",
+        "crossmodel.transfer_heads=[linear,egtp]", "crossmodel.n_boot=50", "crossmodel.min_train=5",
+        "crossmodel.min_test=3", f"crossmodel.docs_dir={tmp_path / 'docs'}",
+        "+crossmodel.head_overrides.linear.layer=2", "+crossmodel.head_overrides.egtp.layer=2",
+        "+crossmodel.head_overrides.egtp.params.epochs=2", "+crossmodel.head_overrides.egtp.select={}",
+        *extra], tmp_path / "run")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_model, tokenizer):
+    from lengthpred.crossmodel import run_castillo
+
+    tmp = tmp_path_factory.mktemp("castillo")
+    cfg = castillo_cfg(tmp)
+    summary = run_castillo(cfg, cfg.paths.output_dir, model=tiny_model, tokenizer=tokenizer)
+    return tmp, cfg, summary
+
+
+def test_one_prefill_per_prompt_serves_every_model(run):
+    from lengthpred.features import load_features
+
+    tmp, cfg, s = run
+    stores = list((tmp / "data" / "features" / "tiny").iterdir())
+    assert len(stores) == 1  # one feature store, whatever the number of models
+    fs = load_features(stores[0])
+    assert len(fs) == s["n_prompts_run"] == 72
+    assert set(fs.names) == {"hs.L2.last", "hs.L2.entropy", "n_prompt_tokens", "entropy.mean"}
+    assert s["feature_columns"] == ["hs.L2.entropy", "hs.L2.last"]
+
+
+def test_every_head_fitted_per_model_and_on_the_mean_over_models(run):
+    _, cfg, s = run
+    fits = pd.read_csv(f"{cfg.paths.output_dir}/fits.csv")
+    assert len(fits) == 5 * 4 and set(fits["fit"]) == {*MODELS, "all-models"}
+    assert (fits["status"] == "fitted").all()
+    preds = pd.read_parquet(f"{cfg.paths.output_dir}/predictions.parquet")
+    split = json.loads(open(f"{cfg.paths.output_dir}/split.json").read())
+    assert (preds.groupby(["head", "fit"])["id"].apply(set) == set(split["test"])).all()
+
+
+def test_results_tables_and_transfer_matrix(run):
+    tmp, cfg, s = run
+    out = cfg.paths.output_dir
+    res = pd.read_csv(f"{out}/results.csv", keep_default_na=False)
+    own = res[(res["fit"] == L31) & (res["model"] == L31) & (res["head"] == "linear")]
+    assert set(own["dataset"]) == {"pooled", "Alpaca", "Apps", "Mbpp"}
+    assert set(own["metric"]) == {"spearman", "kendall", "mae"}
+    const = res[(res["head"] == "constant") & (res["metric"] == "spearman") & (res["dataset"] == "pooled")]
+    assert set(const["value"]) == {"undefined"}
+    mat = pd.read_csv(f"{out}/transfer_linear.csv", index_col=0)
+    assert list(mat.index) == ["Llama-3.1-8B-Instruct", "Llama-3.2-1B-Instruct", "gemma-3-4b-it", "all-models"]
+    assert list(mat.columns) == MODELS and mat.notna().all().all()
+    t7 = open(f"{out}/tables/T7.md").read()
+    assert t7.count("| Llama-3.2-1B-Instruct |") == 5 + 5  # own + all-models fit of each head
+    per_ds = open(tmp / "docs" / "castillo_T7_datasets.md").read()  # copied into docs_dir
+    assert "| Llama-3.2-1B-Instruct | Apps | 0 | no file (not in CASTILLO) |" in per_ds
+    assert (tmp / "docs" / "figures" / "castillo_transfer_linear.png").is_file()
+    ceil = open(f"{out}/tables/T7_ceilings.md").read()
+    assert "no file" in ceil and "| pooled |" in ceil
+    assert set(s["seconds"]) >= {"union", "split", "tokens", "features", "fit heads", "scores", "total"}
+    assert s["truncation"]["max_prompt_tokens"] == 512 and s["truncation"]["Alpaca"]["truncated"] == 0
+    assert s["union"]["missing_by_design"] == [f"Apps/{L1B}"]
+
+
+def test_model_missing_from_test_is_reported_not_dropped(tmp_path, tiny_model, tokenizer):
+    from lengthpred.crossmodel import run_castillo
+
+    # gemma has lengths for only two Alpaca prompts (they land in one split at most): no test prompts
+    cfg = castillo_cfg(tmp_path, "crossmodel.heads=[constant]", "crossmodel.transfer_heads=[]",
+                       "crossmodel.primary_head=constant", "crossmodel.min_train=2")
+    root = tmp_path / "validate"
+    for ds in ("Apps", "Mbpp"):
+        (root / ds / f"{G4B}.jsonl").unlink()
+    lines = (root / "Alpaca" / f"{G4B}.jsonl").read_text().splitlines()
+    (root / "Alpaca" / f"{G4B}.jsonl").write_text("\n".join(lines[:2]) + "\n")
+    s = run_castillo(cfg, cfg.paths.output_dir, model=tiny_model, tokenizer=tokenizer)
+    assert "gemma-3-4b-it: 2 train but 0 test prompts (< 3): not scored; its rows read 'no test prompts'" in \
+        s["coverage_warnings"]
+    assert s["union"]["missing"] == [f"Apps/{G4B}", f"Mbpp/{G4B}"]
+    fits = pd.read_csv(f"{cfg.paths.output_dir}/fits.csv").set_index("fit")
+    assert fits.loc[G4B, "status"] == "fitted" and fits.loc[G4B, "n_train"] == 2
+    t7 = open(f"{cfg.paths.output_dir}/tables/T7.md").read()
+    # its rows stay, saying why there is no score
+    assert "| gemma-3-4b-it | constant | too few test prompts (0) |" in t7
+    assert "| gemma-3-4b-it | constant (all-models fit) | too few test prompts (0) |" in t7
+
+
+def test_refusals_before_any_work(tmp_path, tiny_model, tokenizer):
+    from lengthpred.crossmodel import run_castillo
+
+    cfg = castillo_cfg(tmp_path, "crossmodel.proxy_targets=[acme--Nope]", "crossmodel.proxy_heads=[proxy_reg]")
+    with pytest.raises(ConfigError, match="crossmodel.proxy_targets: unknown"):
+        run_castillo(cfg, cfg.paths.output_dir, model=tiny_model, tokenizer=tokenizer)
+    cfg = castillo_cfg(tmp_path, "crossmodel.primary_head=probe")
+    with pytest.raises(ConfigError, match="primary_head='probe' is not among the heads"):
+        run_castillo(cfg, cfg.paths.output_dir, model=tiny_model, tokenizer=tokenizer)
+    cfg = castillo_cfg(tmp_path, "+crossmodel.head_overrides.linear.pooling=mean")
+    with pytest.raises(Exception, match="pooling='mean' is not extracted"):
+        run_castillo(cfg, cfg.paths.output_dir, model=tiny_model, tokenizer=tokenizer)
+    assert not (tmp_path / "data" / "features").exists()
+
+
+def test_experiment_config_for_the_embedded_model():
+    from lengthpred.crossmodel.experiment import _feature_columns
+    from lengthpred.crossmodel.fits import head_specs
+    from lengthpred.data.castillo import MODELS as ALL13
+
+    cfg = compose_cfg(["experiment=castillo"])
+    specs = {s.name: s for s in head_specs(cfg, list(ALL13))}
+    assert _feature_columns(cfg, list(specs.values())) == ["hs.L20.entropy", "hs.L20.last"]
+    assert len(specs["linear"].targets) == 14 and specs["proxy_rank"].targets == ("all-models", L31)
+    assert specs["egtp"].cfg["n_seeds"] == 1 and specs["proxy_reg"].cfg["params"]["epochs"] == 2
+    assert str(cfg.data.root).endswith("castillo/validate") and cfg.data.per_dataset == 150
