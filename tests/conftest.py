@@ -35,9 +35,9 @@ def tiny_model():
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from lengthpred.models.tiny import tiny_tokenizer
+    from lengthpred.models.serving import serving_tokenizer
 
-    return tiny_tokenizer()
+    return serving_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""T6 costs (lengthpred/eval/costs.py, scripts/measure_costs.py) on a tiny experiment: a 16-prompt trace,
+"""T6 costs (lengthpred/costs, scripts/measure_costs.py) on a tiny experiment: a 16-prompt trace,
 features from the tiny Llama, heads trained by the train stage and a proxy on a tiny BERT."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from lengthpred.errors import ConfigError, DataError
-from lengthpred.eval.costs import (
+from lengthpred.costs import (
     PREFILL,
     CostSettings,
     capture_kind,
@@ -23,6 +22,7 @@ from lengthpred.eval.costs import (
     overhead_pct,
     write_costs,
 )
+from lengthpred.errors import ConfigError, DataError
 from lengthpred.features import FeatureSettings
 from lengthpred.paths import REPO_ROOT
 from tests.conftest import compose_cfg

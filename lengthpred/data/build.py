@@ -66,10 +66,10 @@ def token_limit(max_tokens: int | None) -> Callable[[Record], bool] | None:
     """
     if max_tokens is None:
         return None
-    from lengthpred.models.tiny import tiny_tokenizer
+    from lengthpred.models.serving import serving_tokenizer
     from lengthpred.prompting import encode_prompt
 
-    tok = tiny_tokenizer()
+    tok = serving_tokenizer()
     return lambda r: len(encode_prompt(tok, r["messages"], prompt_id=r["id"])) <= int(max_tokens)
 
 

@@ -143,9 +143,9 @@ ALPACA_EVAL_MODELS = ("gpt4_1106_preview", "gpt4_1106_preview_concise", "gpt4_11
 
 def token_counts(texts: list[str]) -> list[int]:
     """Output lengths in tokens of the embedded SmolLM2 tokenizer (not the generating model's own)."""
-    from lengthpred.models.tiny import tiny_tokenizer
+    from lengthpred.models.serving import serving_tokenizer
 
-    tok = tiny_tokenizer()
+    tok = serving_tokenizer()
     return [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]] if texts else []
 
 

@@ -11,6 +11,7 @@ from scipy.stats import wasserstein_distance
 
 from lengthpred.data.records import content_key, make_record, prompt_chars
 from lengthpred.errors import ConfigError
+from lengthpred.names import pair_name
 
 Record = dict[str, Any]
 # Hook for later stages (e.g. a feature-space distance): (train_ids, test_ids) -> {name: value}
@@ -93,7 +94,7 @@ def cross_pairs(
             sh = shift([by_id[i] for i in train], [by_id[i] for i in test], use_lengths)
             if extra_shift is not None:
                 sh.update(extra_shift(train, test))
-            pairs.append({"name": f"{name}->{tgt}", "source": name, "target": tgt,
+            pairs.append({"name": pair_name(name, tgt), "source": name, "target": tgt,
                           "train": train, "val": val, "test": test, "shift": sh})
     return pairs, removed
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from lengthpred.data.records import prompt_chars
-from lengthpred.errors import DataError
+from lengthpred.names import SplitName
 
 Record = dict[str, Any]
 
@@ -52,7 +51,7 @@ def summary_rows(
             continue
         recs = [by_id[i] for i in ids]
         known = [float(np.mean(r["lengths"])) for r in recs if r["lengths"]]
-        row = {"domain": f"forelen/{name}", "train": len(ids), "val": 0, "test": 0,
+        row = {"domain": str(SplitName.forelen(name)), "train": len(ids), "val": 0, "test": 0,
                "prompt_chars p10/50/90": _q([prompt_chars(r) for r in recs]),
                "known_len n": len(known), "known_len p10/50/90": _q(known)}
         if served is not None:

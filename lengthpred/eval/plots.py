@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from lengthpred.eval.results import as_float  # noqa: E402
-from lengthpred.eval.tables import parse_split  # noqa: E402
+from lengthpred.names import POOLED_DOMAIN, SplitName  # noqa: E402
 
 _PNG_META = {"Software": None}
 MAX_SERIES = 8  # lines or point groups per panel: more cannot be told apart (tab10 has 10 colours)
@@ -68,7 +68,8 @@ def _save(fig: plt.Figure, path: str | Path) -> Path:
 
 def scatter_pred_true(preds: pd.DataFrame, path: str | Path, split_kind: str = "indomain") -> Path | None:
     """Predicted vs true length per head (log axes, y = x dashed), pooled over the chosen kind of split."""
-    d = preds[[parse_split(s)["kind"] == split_kind for s in preds["split"]]]
+    kinds = [getattr(SplitName.try_parse(s), "kind", None) for s in preds["split"]]
+    d = preds[[k == split_kind for k in kinds]]
     heads = sorted(d["head"].unique())
     if not heads:
         return None
@@ -106,13 +107,13 @@ def heatmap_cross(
     r = results[(results["head"] == head) & (results["metric"] == metric)]
     cells: dict[tuple[str, str], float] = {}
     for row in r.itertuples(index=False):
-        p = parse_split(row.split)
-        if p["part"] != part:
+        p = SplitName.try_parse(row.split)
+        if p is None or p.part != part:
             continue
-        if p["kind"] == "cross" and "source" in p:
-            cells[(p["source"], p["target"])] = as_float(row.value)
-        elif p["kind"] == "indomain" and p["name"] != "all":
-            cells[(p["name"], p["name"])] = as_float(row.value)
+        if p.kind == "cross":
+            cells[(p.source, p.target)] = as_float(row.value)
+        elif p.kind == "indomain" and p.name != POOLED_DOMAIN:
+            cells[(p.name, p.name)] = as_float(row.value)
     if not any(k[0] != k[1] for k in cells):
         return None
     targets = sorted({t for _, t in cells})

@@ -34,6 +34,7 @@ from lengthpred.eval.results import (
 )
 from lengthpred.eval.tables import ONLINE_HEADS, build_tables
 from lengthpred.metrics import is_undefined, paired_bootstrap
+from lengthpred.names import POOLED_DOMAIN, SplitName
 from lengthpred.online.plots import adaptation_figures
 
 log = logging.getLogger(__name__)
@@ -116,22 +117,19 @@ def attach_n_parameters(df: pd.DataFrame, pred_file: Path) -> pd.DataFrame:
     return df.assign(n_parameters=[counts.get(h) for h in df["head"]])
 
 
-POOLED = "all"
-
-
 def add_pooled_indomain(df: pd.DataFrame) -> pd.DataFrame:
     """Add `indomain/all/<part>`: each head's in-domain rows of every domain pooled (the headline figure),
     for heads scored on at least two domains of that part."""
-    parts = [split.split("/") for split in df["split"]]
-    mask = [len(p) == 3 and p[0] == "indomain" and p[1] != POOLED for p in parts]
+    names = [SplitName.try_parse(split) for split in df["split"]]
+    mask = [p is not None and p.kind == "indomain" and p.name != POOLED_DOMAIN for p in names]
     ind = df[mask]
     if ind.empty:
         return df
-    part = ind["split"].str.split("/").str[2]
+    part = pd.Series([p.part for p, m in zip(names, mask, strict=True) if m], index=ind.index)
     pooled = []
     for (_head, pt), g in ind.groupby([ind["head"], part], sort=True):
         if g["split"].nunique() >= 2 and not g["id"].duplicated().any():
-            pooled.append(g.assign(split=f"indomain/{POOLED}/{pt}"))
+            pooled.append(g.assign(split=str(SplitName.indomain(POOLED_DOMAIN, pt))))
     return pd.concat([df, *pooled], ignore_index=True) if pooled else df
 
 

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import DataError
 from lengthpred.metrics import METRICS, UNDEFINED, MetricValue, evaluate, is_undefined, noise_ceiling
+from lengthpred.names import SplitName
 from lengthpred.seeds import SEED_METRICS, seed_columns, seed_metric_name, spread
 
 RESULT_COLUMNS = (
@@ -240,7 +241,7 @@ def shift_rows(splits: Mapping[str, Any], prov: Provenance, key: str = "length_w
                 result_row(
                     prov,
                     SPLIT_HEAD,
-                    f"cross/{pair['name']}/{part}",
+                    str(SplitName.cross(pair["name"], part)),
                     "shift",
                     float(value),
                     None,

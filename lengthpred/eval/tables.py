@@ -1,7 +1,8 @@
 """The paper tables T1–T6, built from results files (and the online/scheduling/cost outputs) only.
 
 Split names follow docs/DESIGN.md: `indomain/<domain>/<part>`, `cross/<source>-><target>/<part>`,
-`forelen/<subset>`. Every table takes a tidy results frame that already passed `check_consistent`.
+`forelen/<subset>` (`lengthpred.names.SplitName`). Every table takes a tidy results frame that already
+passed `check_consistent`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pandas as pd
 from lengthpred.eval.render import Cell, Column, Table
 from lengthpred.eval.results import CEILING_HEAD, SPLIT_HEAD
 from lengthpred.metrics import METRICS, is_undefined
+from lengthpred.names import POOLED_DOMAIN, SplitName, pair_name
 from lengthpred.seeds import seed_metric_name
 
 # heads written by the online stage (scripts/adapt.py): kept out of T1/T2/T4, compared in T3
@@ -47,19 +49,6 @@ def _direction(metric: str) -> str | None:
     return ("up" if METRICS.get(metric).higher_is_better else "down") if metric in METRICS else None
 
 
-def parse_split(split: str) -> dict[str, str]:
-    """`indomain/math/test` → {kind: indomain, domain: math, part: test}; cross → source/target too."""
-    parts = split.split("/")
-    out = {
-        "kind": parts[0],
-        "name": parts[1] if len(parts) > 1 else "",
-        "part": parts[2] if len(parts) > 2 else "",
-    }
-    if out["kind"] == "cross" and "->" in out["name"]:
-        out["source"], out["target"] = out["name"].split("->", 1)
-    return out
-
-
 class _Index:
     """Fast lookup of (head, split, metric) → row of a results frame."""
 
@@ -87,8 +76,8 @@ class _Index:
     def splits(self, kind: str, part: str | None = None) -> list[str]:
         out = []
         for s in sorted(self.df["split"].unique()):
-            p = parse_split(s)
-            if p["kind"] == kind and (part is None or p["part"] in ("", part)):
+            p = SplitName.try_parse(s)  # names that are no split of ours (e.g. a bare `test`) are skipped
+            if p is not None and p.kind == kind and (part is None or p.part in ("", part)):
                 out.append(s)
         return out
 
@@ -139,9 +128,9 @@ def table_t1(df: pd.DataFrame, part: str = "test") -> Table:
         Column("n", None, "int"),
     ]
     rows = []
-    splits = sorted(ix.splits("indomain", part), key=lambda s: (parse_split(s)["name"] == "all", s))
+    splits = sorted(ix.splits("indomain", part), key=lambda s: (SplitName.parse(s).name == POOLED_DOMAIN, s))
     for s in splits:
-        dom = parse_split(s)["name"]
+        dom = SplitName.parse(s).name
         for h in ix.heads([s], exclude_online=True):
             sp = ix.cell(h, s, "spearman")
             n = ix.rows[(h, s, "spearman")].n if sp is not None else None
@@ -167,8 +156,8 @@ def table_t2(df: pd.DataFrame, metric: str = "spearman", part: str = "test") -> 
     split and selected on its val split; `static` is the online stage's linear readout fitted on the source."""
     ix = _Index(df)
     cross = ix.splits("cross", part)
-    targets = sorted({parse_split(s)["target"] for s in cross})
-    sources = sorted({parse_split(s)["source"] for s in cross}, key=lambda x: (x == "mix", x))
+    targets = sorted({SplitName.parse(s).target for s in cross})
+    sources = sorted({SplitName.parse(s).source for s in cross}, key=lambda x: (x == "mix", x))
     cols = [Column("Head"), Column("Train on ↓ / test on →")] + [
         Column(t, _direction(metric), "corr") for t in targets
     ]
@@ -181,7 +170,8 @@ def table_t2(df: pd.DataFrame, metric: str = "spearman", part: str = "test") -> 
         for src in sources:
             row: list[Any] = [h, src]
             for t in targets:
-                split = f"indomain/{t}/{part}" if src == t else f"cross/{src}->{t}/{part}"
+                name = SplitName.indomain(t, part) if src == t else SplitName.cross(pair_name(src, t), part)
+                split = str(name)
                 row.append(ix.cell(h, split, metric, _KIND.get(metric)))
             rows.append(row)
     notes = [
@@ -241,7 +231,7 @@ def table_t3(
     for s in sorted(cross, key=lambda s: (shift_of(s), s)):
         base = ix.value(baseline, s, metric)
         row: list[Any] = [
-            parse_split(s)["name"],
+            SplitName.parse(s).name,
             Cell(ix.value(SPLIT_HEAD, s, "shift"), kind="float"),
             ix.cell(baseline, s, metric),
         ]
@@ -336,7 +326,7 @@ def table_t4(df: pd.DataFrame, metric: str = "mae") -> Table:
     ix = _Index(df)
     splits = ix.splits("forelen")
     cols = [Column("Head")] + [
-        Column(parse_split(s)["name"], _direction(metric), _KIND.get(metric, "float")) for s in splits
+        Column(SplitName.parse(s).name, _direction(metric), _KIND.get(metric, "float")) for s in splits
     ]
     rows = [[h] + [ix.cell(h, s, metric) for s in splits] for h in ix.heads(splits, exclude_online=True)]
     return Table(

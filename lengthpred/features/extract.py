@@ -36,6 +36,7 @@ from lengthpred.features.store import (
     load_features,
     write_part,
 )
+from lengthpred.names import FeatureKey, hidden_name
 from lengthpred.paths import REPO_ROOT, resolve
 from lengthpred.prompting import encode_prompt
 
@@ -98,7 +99,7 @@ class Plan:
         self.pools = settings.pool_names
 
     def columns(self) -> dict[str, int]:
-        cols = {f"hs.L{i}.{p}": self.d for i in self.hs_layers for p in self.pools}
+        cols = {str(FeatureKey(i, p)): self.d for i in self.hs_layers for p in self.pools}
         cols["n_prompt_tokens"] = 1
         if self.settings.needs_entropy:
             cols["entropy.mean"] = 1
@@ -204,12 +205,12 @@ def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_i
     for layer in plan.hs_layers:
         pooled = pool(hidden[layer], w, mask)  # [B, K, d]
         for k, p in enumerate(plan.pools):
-            cols[f"hs.L{layer}.{p}"] = pooled[:, k]
+            cols[str(FeatureKey(layer, p))] = pooled[:, k]
     n = mask.sum(-1)
     cols["n_prompt_tokens"] = n.float()[:, None]
     if entropy is not None:
         cols["entropy.mean"] = ((entropy * span).sum(-1) / span.sum(-1).clamp(min=1))[:, None]
-    tokens: dict[str, torch.Tensor] = {f"hs.L{i}": hidden[i] for i in plan.token_layers}
+    tokens: dict[str, torch.Tensor] = {hidden_name(i): hidden[i] for i in plan.token_layers}
     if tokens:  # what a head that learns its fusion weights needs beside the states
         if entropy is not None:
             tokens["entropy"] = entropy
@@ -393,9 +394,5 @@ def ensure_features(cfg: Any, prompts: Any, model: nn.Module | None = None, toke
 
 def iter_columns(names: Iterable[str]) -> list[tuple[int, str]]:
     """(layer, pool) of each `hs.L{l}.{pool}` name (others skipped)."""
-    out = []
-    for n in names:
-        if n.startswith("hs.L"):
-            layer, pool_name = n[4:].split(".", 1)
-            out.append((int(layer), pool_name))
-    return out
+    keys = [FeatureKey.parse(n) for n in names if FeatureKey.is_key(n)]
+    return [(k.layer, k.pool) for k in keys]

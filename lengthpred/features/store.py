@@ -25,6 +25,7 @@ from safetensors.torch import save_file
 
 from lengthpred.errors import DataError
 from lengthpred.features.settings import LEGACY_POOLING
+from lengthpred.names import hidden_name
 
 MANIFEST = "manifest.json"
 
@@ -140,7 +141,7 @@ class FeatureSet:
         """Per prompt (in `ids` order) [t, d + len(scalars)] float32: layer `layer`'s token-level states
         with the per-token `scalars` as the last columns, for the t tokens the stored pools range over
         (`features.span`); each part file is opened once."""
-        name = f"hs.L{layer}"
+        name = hidden_name(layer)
         out: list[np.ndarray | None] = [None] * len(self.ids)
         rows_by_part: dict[int, list[tuple[int, int]]] = {}
         for i, pid in enumerate(self.ids):
@@ -175,7 +176,7 @@ class FeatureSet:
             raise DataError(f"no token-level states stored in {self.root}; set features.token_layers")
         with safe_open(str(path), framework="pt") as f:
             off = f.get_tensor("offsets")
-            name = f"hs.L{layer}"
+            name = hidden_name(layer)
             if name not in f.keys():
                 raise DataError(f"layer {layer} not stored token-level; stored: {sorted(f.keys())}")
             return f.get_slice(name)[int(off[r]) : int(off[r + 1])].float().numpy()

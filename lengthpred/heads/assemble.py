@@ -16,6 +16,7 @@ import pandas as pd
 
 from lengthpred.errors import DataError
 from lengthpred.heads.base import HeadInput, LabeledSet
+from lengthpred.names import FeatureKey, SplitName
 
 TARGET_COLUMNS = ("y", "target", "y_true", "length", "mean")
 
@@ -100,9 +101,9 @@ def forelen_ids(splits: Mapping[str, Any], exclude: set[str]) -> dict[str, list[
             continue
         ids = [i for i in v if i not in exclude]
         if len(ids) >= MIN_SUBSET:
-            out[f"forelen/{k}"] = ids
+            out[str(SplitName.forelen(k))] = ids
         elif v:
-            log.warning("forelen/%s: %d prompts left (< %d): not scored", k, len(ids), MIN_SUBSET)
+            log.warning("%s: %d prompts left (< %d): not scored", SplitName.forelen(k), len(ids), MIN_SUBSET)
     return out
 
 
@@ -130,7 +131,7 @@ def labeled_set(
         sub = features.subset(ids)
         if feature is not None:
             if feature not in features.names:
-                stored = ", ".join(n for n in features.names if n.startswith("hs.L"))[:300]
+                stored = ", ".join(n for n in features.names if FeatureKey.is_key(n))[:300]
                 raise DataError(f"feature {feature!r} was not extracted; stored: {stored} ...")
             x = sub.get(feature)
         if token_layer is not None:
@@ -155,4 +156,4 @@ def labeled_set(
 
 def per_domain_split_names(data: LabeledSet, part: str = "test") -> list[str]:
     """`indomain/<domain>/<part>` for each row (the predictions file's split column)."""
-    return [f"indomain/{d}/{part}" for d in (data.inputs.domains or [""] * len(data))]
+    return [str(SplitName.indomain(d, part)) for d in (data.inputs.domains or [""] * len(data))]

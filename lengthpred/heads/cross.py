@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.heads.base import HEADS, LabeledSet
 from lengthpred.heads.training import predictions_frame, run_training, score, validate_set
+from lengthpred.names import SplitName
 
 log = logging.getLogger("lengthpred.heads")
 
@@ -103,7 +104,7 @@ class CrossResult:
 
 def split_name(pair: Mapping[str, Any], part: str = "test") -> str:
     """`cross/<S>-><T>/<part>` (docs/DESIGN.md "Predictions file")."""
-    return f"cross/{pair['name']}/{part}"
+    return str(SplitName.cross(pair["name"], part))
 
 
 def fit_cross(

@@ -32,6 +32,7 @@ from lengthpred.heads.assemble import (
 from lengthpred.heads.base import HEADS, LabeledSet
 from lengthpred.heads.cross import CROSS_MODES, cross_mode, fit_cross, select_cross
 from lengthpred.heads.training import build_head, head_params, predictions_frame, run_training, score
+from lengthpred.names import FeatureKey, SplitName
 from lengthpred.seeds import SEED_METRICS, seed_columns, seed_metric_name, spread
 
 log = logging.getLogger("lengthpred.heads")
@@ -42,7 +43,7 @@ def feature_name(head_cfg: Any) -> str | None:
     """`hs.L{layer}.{pooling}` of a head config, or None for heads that read no hidden state."""
     if head_cfg.get("layer") is None or head_cfg.get("pooling") is None:
         return None
-    return f"hs.L{int(head_cfg.layer)}.{head_cfg.pooling}"
+    return str(FeatureKey(int(head_cfg.layer), str(head_cfg.pooling)))
 
 
 def check_features_config(settings: Any, feature: str | None, token_layer: int | None, pooling: str) -> None:
@@ -213,7 +214,7 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
 
     head.save(out_dir / "head")
     (out_dir / "metrics.json").write_text(json.dumps(_json_safe(metrics), indent=2) + "\n")
-    append_predictions(out_dir / PREDICTIONS, pd.concat(frames, ignore_index=True), replace_prefix="cross/")
+    append_predictions(out_dir / PREDICTIONS, pd.concat(frames, ignore_index=True), replace_prefix=SplitName.prefix("cross"))
     if tracker is not None:
         tracker.summary({k: v for k, v in metrics.items() if isinstance(v, (int, float, str)) or v is None})
     log.info(

@@ -20,6 +20,7 @@ from lengthpred.heads.assemble import indomain_ids, labeled_set
 from lengthpred.heads.base import HEADS
 from lengthpred.heads.run import check_features_config, load_targets_for
 from lengthpred.heads.training import run_training
+from lengthpred.names import FeatureKey
 from lengthpred.paths import REPO_ROOT
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def sweep_features(cfg: DictConfig, out_dir: str | Path) -> pd.DataFrame:
     settings = settings_from_cfg(cfg)
     for h, layer, pooling in cells:  # every refusal before the (possibly long) feature extraction
         token = HEADS.get(h).input_kind == "tokens"
-        check_features_config(settings, None if token else f"hs.L{layer}.{pooling}", layer if token else None,
+        check_features_config(settings, None if token else str(FeatureKey(layer, pooling)), layer if token else None,
                               pooling)
     prompts = load_prompts(cfg.data)
     by_id = {r["id"]: r for r in prompts}
@@ -71,7 +72,7 @@ def sweep_features(cfg: DictConfig, out_dir: str | Path) -> pd.DataFrame:
     rows = []
     for h, layer, pooling in tqdm(cells, desc="sweep", unit="fit"):
         token = HEADS.get(h).input_kind == "tokens"
-        feature = None if token else f"hs.L{layer}.{pooling}"
+        feature = None if token else str(FeatureKey(layer, pooling))
         sets = {part: labeled_set(ids[part], by_id, targets, features=features, feature=feature,
                                   token_layer=layer if token else None, split=part)
                 for part in ("train", "val", "test")}

@@ -6,6 +6,7 @@ Nothing here reaches a model hub unless the spec names an HF id.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 from dataclasses import dataclass
@@ -124,14 +125,21 @@ def _checkpoint_dir(spec: ModelSpec) -> str:
     return spec.hf_id  # type: ignore[return-value]
 
 
+@functools.lru_cache(maxsize=1)
+def serving_tokenizer():
+    """The embedded serving model's (SmolLM2) tokenizer, loaded once: the tiny test model borrows it, and the
+    data stage counts tokens with it whatever model later generates."""
+    from lengthpred.models.specs import embedded_serving_spec
+
+    return load_tokenizer(embedded_serving_spec())
+
+
 def load_tokenizer(spec: ModelSpec):
     """The serving model's tokenizer (with its chat template). The tiny model borrows SmolLM2's."""
     from transformers import AutoTokenizer
 
     if spec.tiny:
-        from lengthpred.models.tiny import tiny_tokenizer
-
-        return tiny_tokenizer()
+        return serving_tokenizer()
     try:
         tok = AutoTokenizer.from_pretrained(_checkpoint_dir(spec))
     except OSError as e:

@@ -5,26 +5,18 @@ It borrows the embedded SmolLM2 tokenizer so chat templates and token ids are re
 
 from __future__ import annotations
 
-import functools
-
 import torch
+
+from lengthpred.models.serving import serving_tokenizer
 
 TINY_LAYERS = 4
 TINY_HIDDEN = 64
 
 
-@functools.lru_cache(maxsize=1)
-def tiny_tokenizer():
-    from lengthpred.models.serving import load_tokenizer
-    from lengthpred.models.specs import embedded_serving_spec
-
-    return load_tokenizer(embedded_serving_spec())
-
-
 def build_tiny_llama(seed: int = 0, attn_implementation: str = "sdpa", vocab_size: int | None = None):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    vocab = vocab_size or len(tiny_tokenizer())
+    vocab = vocab_size or len(serving_tokenizer())
     config = LlamaConfig(
         vocab_size=vocab,
         hidden_size=TINY_HIDDEN,

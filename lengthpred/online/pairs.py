@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.names import SplitName
 from lengthpred.online.labels import RevealedLabels, reveal_samples, served_shift
 from lengthpred.online.stream import HeadSpec, StreamData, StreamResult, gain_over_static, run_stream
 
@@ -134,10 +135,10 @@ def pair_stream(
         name=pair["name"],
         shift=served_shift(targets, arrays["source"][0], ids_stream),
         data=data,
-        split_test=f"cross/{pair['name']}/test",
-        split_stream=f"cross/{pair['name']}/stream",
-        split_val=f"cross/{pair['name']}/stream_val",
-        source=str(pair.get("source", pair["name"].split("->")[0])),
+        split_test=str(SplitName.cross(pair["name"], "test")),
+        split_stream=str(SplitName.cross(pair["name"], "stream")),
+        split_val=str(SplitName.cross(pair["name"], "stream_val")),
+        source=str(pair.get("source", SplitName.cross(pair["name"], "test").source)),
         target=str(tgt),
         prompt_shift=float(shift.get(shift_key, np.nan)) if isinstance(shift, Mapping) else float(shift),
         labels=labels,

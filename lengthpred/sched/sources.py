@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.names import SplitName
 from lengthpred.sched.pool import LengthSource
 from lengthpred.sched.workload import noisy_prediction, synthetic_lengths
 
@@ -45,7 +46,7 @@ def read_prediction_files(path: str | Path) -> pd.DataFrame:
     return pd.concat(frames.values(), ignore_index=True)
 
 
-POOLED_TEST = "indomain/*/test"
+POOLED_TEST = str(SplitName.indomain("*", "test"))
 
 
 def from_predictions(path: str | Path, *, split: str | None = None, heads: list[str] | None = None,

@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.names import FeatureKey, SplitName
 from lengthpred.serve.experiment import ServeSettings
 from lengthpred.serve.metrics import SLO
 from lengthpred.serve.predictor import NoPredictor, OnlineReadout, TablePredictor
@@ -140,7 +141,7 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
     if kind == "none" or "sjf" not in cfg.serve.policies:
         return lambda policy: ("none", NoPredictor())
     if kind == "stored":
-        values = stored_predictions(pc.predictions_path, pc.head, f"indomain/*/{cfg.serve.split}")
+        values = stored_predictions(pc.predictions_path, pc.head, str(SplitName.indomain("*", cfg.serve.split)))
         missing = [i for i in pool.ids if i not in values]
         if missing:
             raise DataError(f"head {pc.head}: no stored prediction for {len(missing)} of {len(pool)} prompts")
@@ -189,7 +190,7 @@ def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, 
     spec = instantiate(cfg.model)
     model, _ = load_causal_lm(spec)
     f = PrefillFeaturizer(model, int(pc.layer), threads=pc.threads)
-    path = Path(pc.cache_dir) / f"{cfg.model.name}-{spec.dtype}-hs.L{int(pc.layer)}.last.npz"
+    path = Path(pc.cache_dir) / f"{cfg.model.name}-{spec.dtype}-{FeatureKey(int(pc.layer), 'last')}.npz"
     feat = _CachedFeaturizer(f, path)
     ids = [i for i in split_ids(splits, pc.fit_split) if i in targets.index]
     tokens = encode_ids(cfg, prompts, ids, tokenizer)

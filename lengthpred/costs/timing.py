@@ -1,4 +1,4 @@
-"""Timing primitives behind T6 (lengthpred/eval/costs.py): capture overhead against a plain prefill, and
+"""Timing primitives behind T6 (lengthpred/costs): capture overhead against a plain prefill, and
 per-request predict/update latency, on one request at a time."""
 
 from __future__ import annotations

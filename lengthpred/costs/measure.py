@@ -1,26 +1,5 @@
-"""T6 costs of each trained head: parameters, predict latency, update latency and extraction overhead.
-
-`measure_costs(runs, sample, ...)` measures; `costs_from_config(cfg)` finds an experiment's saved heads
-(`<experiment>/train/<head>/head`, `<experiment>/train_proxy/<head>/head`), loads their real inputs and the
-serving model, and calls it; `write_costs(doc, path)` writes `costs.json` as `{"meta": ..., "rows": [...]}`
-(rows: `head, n_parameters, extraction_overhead_pct, predict_latency_ms[, update_latency_ms]`, read by
-lengthpred/eval/inputs.py `read_costs`).
-
-- predict latency: one request at a time (batch size 1) on stored inputs (the feature store's column for
-  feature heads, the prompt text for proxies, which so pay their own tokenizer + encoder forward here);
-  median over `predict_repeats` passes over `predict_prompts` prompts, wall clock.
-- extraction overhead: what capturing a head's input adds to a plain prefill of the same prompts, as
-  benchmarks/bench_extract.py measures it but per capture kind and for one layer only: hidden states of
-  that layer (linear, probe, rls: `last`/`mean`), + next-token entropy over the prompt (egtp: `entropy`),
-  + attention received (estp: `fused_*`; `attn` alone: + attention). Plain prefill = the decoder forward
-  (no LM head, no KV cache), each variant the same forward under the capture hooks, so the difference is
-  the capture alone (a serving engine's last-position logits, the same for both, are left out of both).
-  Prompts run one at a time (batch size 1), variants interleaved per repetition; the medians over
-  repetitions of the summed time are compared. Heads that read no prefill state (baselines, proxies) have
-  overhead 0.
-- update latency of the online `rls@λ` heads: the online stage's summary.csv `update_ms` (mean over pairs)
-  when it exists, else `RLSRegressor.partial_fit` on one stored row at a time (median).
-"""
+"""Measuring T6 costs of saved heads on a sample of real inputs (`measure_costs`), what each head captures
+from the prefill (`capture_kind`, `capture_settings`), and `write_costs`. See lengthpred/costs/__init__.py."""
 
 from __future__ import annotations
 
@@ -36,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
 
-from lengthpred.errors import ConfigError, DataError
-from lengthpred.eval.timing import (
+from lengthpred.costs.runs import HeadRun
+from lengthpred.costs.timing import (
     PREFILL,
     _ms,
     extraction_times,
@@ -48,6 +26,8 @@ from lengthpred.eval.timing import (
     request_latencies,
     rls_latencies,
 )
+from lengthpred.errors import ConfigError, DataError
+from lengthpred.names import FeatureKey, hidden_name
 
 log = logging.getLogger(__name__)
 CLOCKS = ("cpu", "wall")
@@ -93,21 +73,6 @@ class CostSettings:
 
 
 @dataclass
-class HeadRun:
-    """A saved head and what its run recorded (metrics.json): `feature` (e.g. hs.L20.last) for heads that
-    read a pooled column, `layer`/`pooling` (`learned` for token-level heads), the model, and the run's
-    `.hydra/config.yaml` when there is one (its features config: the store the head was trained on)."""
-
-    name: str
-    head_dir: Path
-    feature: str | None = None
-    layer: int | None = None
-    pooling: str | None = None
-    model: str | None = None
-    config: Any = None
-
-
-@dataclass
 class Sample:
     """Real inputs of a few prompts. `columns(name) -> [n, d]` and `tokens(layer) -> n arrays [t, d+2]`
     read the feature store (None without one); `messages` are the pool the extraction prompts are picked
@@ -122,35 +87,7 @@ class Sample:
     n_prompt_tokens: np.ndarray | None = None
 
 
-# -- finding heads -------------------------------------------------------------------------------------
-def find_head_runs(exp_dir: str | Path, patterns: Sequence[str]) -> list[HeadRun]:
-    """Saved heads matching the globs under exp_dir, one per head name (the last in path order wins);
-    feature/layer/pooling/model from the run's metrics.json (lengthpred.heads.run)."""
-    root = Path(exp_dir)
-    found: dict[str, HeadRun] = {}
-    for pattern in patterns:
-        for d in sorted(root.glob(pattern)):
-            if not (d / "head.json").is_file():
-                continue
-            name = str(json.loads((d / "head.json").read_text())["head"])
-            m = _read_json(d.parent / "metrics.json")
-            hydra_cfg = d.parent / ".hydra" / "config.yaml"
-            config = OmegaConf.load(hydra_cfg) if hydra_cfg.is_file() else None
-            if name in found:
-                log.info("costs: %s saved twice; using %s", name, d)
-            found[name] = HeadRun(
-                name, d, m.get("feature"), m.get("layer"), m.get("pooling"), m.get("model"), config
-            )
-    if not found:
-        raise DataError(f"no saved heads under {root} matching {list(patterns)}: run scripts/train.py first")
-    return [found[k] for k in sorted(found)]
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-# -- what a head captures ------------------------------------------------------------------------------
+# -- what a head captures --------------------------------------------------------------------------------------
 def capture_kind(pooling: str | None) -> str:
     """What a pooling needs on top of a plain prefill: none | hidden | hidden+entropy | hidden+attn |
     hidden+entropy+attn."""
@@ -255,7 +192,7 @@ def measure_costs(
             "clock": settings.clock,
             "batch_size": 1,
             "baseline": "decoder forward without capture hooks (no LM head, no KV cache)",
-            "variants": {k: f"hs.L{lay}.{pool}" for k, (lay, pool, _) in captures.items()},
+            "variants": {k: str(FeatureKey(lay, pool)) for k, (lay, pool, _) in captures.items()},
             "median_s": {k: statistics.median(v) for k, v in times.items()},
             # repetition spread of the plain prefill: overheads within it are noise
             "prefill_spread_pct": 100.0 * (max(times[PREFILL]) - min(times[PREFILL])) / base_s,
@@ -309,7 +246,7 @@ def _head_costs(
         return row, {"median_ms": med, "p90_ms": p90}, None
     pooling = LEARNED if kind_in == "tokens" else str(run.pooling)
     row["capture"] = capture_kind(pooling)
-    row["feature"] = run.feature or f"hs.L{run.layer} (token-level)"
+    row["feature"] = run.feature or f"{hidden_name(int(run.layer))} (token-level)"
     return row, {"median_ms": med, "p90_ms": p90}, (int(run.layer), pooling, _run_features(run))
 
 
@@ -320,7 +257,7 @@ def _online_costs(
     online stage's summary when it has the head, else measured."""
     from lengthpred.online.config import rls_name
 
-    feat = str(online.get("feature", "hs.L20.last"))
+    feat = str(online.get("feature", FeatureKey(20, "last")))
     layer, pooling = _parse_feature(feat)
     X = _column(sample, feat)
     summary = _online_update_ms(summary_path)
@@ -384,10 +321,11 @@ def _run_features(run: HeadRun) -> Any:
 
 
 def _parse_feature(name: str) -> tuple[int, str]:
-    if not name.startswith("hs.L") or "." not in name[4:]:
-        raise ConfigError(f"online.feature={name!r} is not of the form hs.L<layer>.<pooling>")
-    layer, pooling = name[4:].split(".", 1)
-    return int(layer), pooling
+    try:
+        key = FeatureKey.parse(name)
+    except ConfigError as e:
+        raise ConfigError(f"online.{e}") from None
+    return key.layer, key.pool
 
 
 def _online_update_ms(path: str | Path | None) -> dict[str, float]:
@@ -445,158 +383,3 @@ def write_costs(doc: Mapping[str, Any], path: str | Path) -> Path:
     tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     tmp.replace(path)
     return path
-
-
-# -- from an experiment's config -----------------------------------------------------------------------
-def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
-    """Measure the costs of every saved head of `cfg`'s experiment on its own prompts, features and model."""
-    from lengthpred.data import load_prompts, load_splits
-    from lengthpred.heads.assemble import indomain_ids, prompt_text
-    from lengthpred.heads.base import HEADS
-    from lengthpred.paths import resolve
-
-    ccfg = cfg.get("costs") or {}
-    settings = CostSettings.from_cfg(ccfg)
-    exp_dir = resolve(
-        ccfg.get("experiment_dir") or Path(str(cfg.paths.root_dir)) / "outputs" / str(cfg.experiment_name)
-    )
-    runs = find_head_runs(exp_dir, settings.heads)
-    model_name = str(cfg.model.name)
-    other = [f"{r.name} ({r.model})" for r in runs if r.model not in (None, model_name)]
-    if other:
-        raise ConfigError(f"heads under {exp_dir} were trained for another model than {model_name}: {other}")
-
-    prompts = load_prompts(cfg.data)
-    by_id = {r["id"]: r for r in prompts}
-    pool = [i for i in indomain_ids(load_splits(cfg.data)).get(settings.split, []) if i in by_id]
-    if not pool:
-        raise DataError(f"splits.json has no in-domain {settings.split!r} prompts to time the heads on")
-    rng = np.random.default_rng(settings.seed)
-    ids = sorted(rng.choice(pool, size=min(settings.predict_prompts, len(pool)), replace=False).tolist())
-
-    kinds = {HEADS.get(r.name).input_kind for r in runs}
-    store_kinds = {*PREFILL_KINDS, "n_prompt_tokens"}
-    needs_store = bool(kinds & store_kinds) or settings.online
-    # the stores the heads were trained on (their run configs), then the current config's
-    configs = [r.config for r in runs if r.config is not None and HEADS.get(r.name).input_kind in store_kinds]
-    stores = _feature_stores([*configs, cfg], prompts, ids) if needs_store else None
-    if stores is None and kinds & store_kinds:
-        from lengthpred.features import feature_dir
-
-        raise DataError(f"no feature store at {feature_dir(cfg, prompts)}: run scripts/extract.py first")
-    sample = Sample(
-        ids=ids,
-        texts=[prompt_text(by_id[i]["messages"]) for i in ids],
-        domains=[str(by_id[i].get("domain", "")) for i in ids],
-        messages=[list(by_id[i]["messages"]) for i in pool],
-        columns=stores.get if stores is not None else None,
-        tokens=stores.token_inputs if stores is not None else None,
-        n_prompt_tokens=stores.n_prompt_tokens() if stores is not None else None,
-    )
-    online = None
-    if settings.online and cfg.get("online") is not None:
-        if stores is None:
-            log.warning("costs: no feature store, so no rls@λ rows")
-        else:
-            from omegaconf import OmegaConf
-
-            online = OmegaConf.to_container(cfg.online, resolve=True)
-    needs_model = online is not None or any(
-        r.pooling is not None and HEADS.get(r.name).input_kind == "features" for r in runs
-    )
-    model = tokenizer = fsettings = max_tokens = None
-    if needs_model:
-        from hydra.utils import instantiate
-
-        from lengthpred.features import settings_from_cfg
-        from lengthpred.models import load_causal_lm
-
-        model, tokenizer = load_causal_lm(instantiate(cfg.model))
-        fsettings = settings_from_cfg(cfg)
-        max_tokens = fsettings.max_prompt_tokens or getattr(model.config, "max_position_embeddings", None)
-    from lengthpred.eval.report import newest
-
-    pattern = settings.online_summary
-    summary = Path(pattern) if pattern and Path(pattern).is_absolute() else newest(exp_dir, pattern)
-    doc = measure_costs(
-        runs,
-        sample,
-        settings,
-        model=model,
-        tokenizer=tokenizer,
-        feature_settings=fsettings,
-        max_prompt_tokens=max_tokens,
-        online=online,
-        online_summary=summary,
-        progress=progress,
-    )
-    doc["meta"] |= {
-        "experiment": str(cfg.get("experiment_name")),
-        "model": model_name,
-        "data": str(cfg.data.name),
-        "experiment_dir": str(exp_dir),
-        "heads": {r.name: str(r.head_dir) for r in runs},
-    }
-    return doc
-
-
-class FeatureStores:
-    """Several stored feature sets (subset to the same ids) read as one: a column comes from the first
-    that holds it."""
-
-    def __init__(self, sets: Sequence[Any]):
-        self.sets = list(sets)
-
-    def get(self, name: str) -> np.ndarray:
-        for fs in self.sets:
-            if name in fs.names:
-                return fs.get(name)
-        raise DataError(f"feature {name!r} is in none of the stores {[str(fs.root) for fs in self.sets]}")
-
-    def token_inputs(self, layer: int) -> list[np.ndarray]:
-        for fs in self.sets:
-            if int(layer) in (fs.manifest.get("token_layers") or []):
-                return fs.token_inputs(int(layer))
-        raise DataError(
-            f"layer {layer} is stored token-level in none of {[str(fs.root) for fs in self.sets]}; "
-            f"extract with features.token_layers=[{layer}]"
-        )
-
-    def n_prompt_tokens(self) -> np.ndarray | None:
-        return next(
-            (fs.get("n_prompt_tokens")[:, 0] for fs in self.sets if "n_prompt_tokens" in fs.names), None
-        )
-
-
-def _feature_stores(configs: Sequence[Any], prompts: Any, ids: Sequence[str]) -> FeatureStores | None:
-    """The complete stores of these configs that hold every id (each once, in order), or None."""
-    from lengthpred.errors import LengthpredError
-    from lengthpred.features import feature_dir, load_features, settings_from_cfg
-    from lengthpred.features.store import MANIFEST
-    from lengthpred.heads.run import feature_need
-
-    roots: list[Path] = []
-    for c in configs:
-        try:
-            root = feature_dir(c, prompts)
-        except Exception as e:  # a run config that no longer resolves: its store cannot be found
-            log.info("costs: cannot locate a run's feature store (%s)", e)
-            continue
-        if root not in roots and (root / MANIFEST).is_file():
-            roots.append(root)
-    # a head trained before its config's full store existed was fitted on a reduced store of its own
-    # (features.ensure_features(need=...)), at the same settings reduced to what it reads
-    for c in configs:
-        try:
-            root = feature_dir(c, prompts, settings_from_cfg(c).only([feature_need(c.head)]))
-        except Exception:  # no head in this config (the current one) or one that no longer resolves
-            continue
-        if root not in roots and (root / MANIFEST).is_file():
-            roots.append(root)
-    sets = []
-    for root in roots:
-        try:
-            sets.append(load_features(root).subset(ids))
-        except LengthpredError as e:  # incomplete (being extracted) or lacking these prompts
-            log.warning("costs: feature store %s skipped: %s", root, e)
-    return FeatureStores(sets) if sets else None
