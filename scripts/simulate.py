@@ -116,11 +116,12 @@ def _run(cfg: DictConfig, tracker: Tracker) -> None:
         warmup=sc.warmup,
         sim=OmegaConf.to_container(sc.sim),
         mean_oracle=sc.mean_oracle,
+        random_predictor=sc.get("random_predictor", True),
     )
     runs.insert(0, "experiment", cfg.experiment_name)
     summary = ex.summarize_runs(runs.drop(columns="experiment"))
     summary.insert(0, "experiment", cfg.experiment_name)
-    gains = ex.gains(runs)
+    gains = ex.gains(runs, min_oracle_gain=float(sc.get("min_oracle_gain", 2.0)))
     runs.to_csv(out / "sched_runs.csv", index=False)
     summary.to_csv(out / "sched_results.csv", index=False)
     gains.to_csv(out / "sched_gains.csv", index=False)

@@ -43,7 +43,8 @@ log = logging.getLogger("lengthpred")
 
 def pool_draw(pool: LengthSource, n: int, rho: list[tuple]):
     """draw(seed) over the heads' pool: n requests with replacement, one sampled length each; the heads'
-    predictions of their prompts and the prompt-mean (the mean-oracle)."""
+    predictions of their prompts and the prompt-mean (the mean-oracle: the leave-one-out mean of the
+    prompt's other samples, without the request's own)."""
 
     def draw(seed: int):
         req = pool.draw(n, np.random.default_rng(seed))

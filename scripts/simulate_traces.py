@@ -82,7 +82,7 @@ def main(cfg: DictConfig) -> None:
                                          sim=OmegaConf.to_container(cfg.sched.sim))
         runs.insert(0, "experiment", cfg.experiment_name)
         summary = ex.summarize_runs(runs.drop(columns="experiment"))
-        gain = te.trace_gains(runs)
+        gain = te.trace_gains(runs, min_oracle_gain=float(cfg.sched.get("min_oracle_gain", 2.0)))
         curve = te.quality_curve(gain, preds)
         needed = te.spearman_needed(curve)
         for name, df in (("trace_runs", runs), ("trace_results", summary), ("trace_gains", gain),

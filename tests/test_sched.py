@@ -243,7 +243,7 @@ def test_simulate_script_writes_t5_inputs(tmp_path):
     out = tmp_path / "run"
     df = read_sched(out / "sched_results.csv")
     assert set(df["policy"]) == {"fcfs", "sjf", "oracle-sjf"}
-    assert set(df["predictor"]) == {"none", "ridge", "static", "mean-oracle", "clairvoyant"}
+    assert set(df["predictor"]) == {"none", "ridge", "static", "mean-oracle", "random", "clairvoyant"}
     assert set(df["load"]) == {0.9, 1.1} and (df["n"] == 2).all()
     pool = json.loads((out / "sched.json").read_text())["pool"]
     tokens = trace[trace["id"].isin(ids)].groupby("id")["prompt_tokens"].first()

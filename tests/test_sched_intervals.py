@@ -118,3 +118,37 @@ def test_every_sched_config_runs_at_least_ten_seeds_and_a_load_below_capacity(op
     cfg = compose_cfg([f"sched={option}"], tmp_path)
     assert len(set(cfg.sched.seeds)) >= 10
     assert min(cfg.sched.loads) < 1
+
+
+def test_shares_are_undefined_below_the_minimum_oracle_gain():
+    """A tight but tiny oracle gain (0.5%, interval above 0) is no base for shares: undefined below 2 points."""
+    rng = np.random.default_rng(2)
+    base = rng.uniform(0.9, 1.1, 10)
+    runs = _runs({("fcfs", "none", 0.8): base, ("oracle-sjf", CLAIRVOYANT, 0.8): base * 0.995,
+                  ("sjf", "h", 0.8): base * 1.03,
+                  ("fcfs", "none", 0.95): base, ("oracle-sjf", CLAIRVOYANT, 0.95): base * 0.9,
+                  ("sjf", "h", 0.95): base * 0.95})
+    g = gains(runs).set_index(["policy", "predictor", "load", "metric"])
+    assert g.loc[("oracle-sjf", CLAIRVOYANT, 0.8, "gain_vs_fcfs")].ci_low > 0  # the interval alone would pass
+    assert is_undefined(g.loc[("sjf", "h", 0.8, "share_of_oracle")].value)
+    assert g.loc[("sjf", "h", 0.95, "share_of_oracle")].value == pytest.approx(0.5)
+    loose = gains(runs, min_oracle_gain=0.1).set_index(["policy", "predictor", "load", "metric"])
+    assert loose.loc[("sjf", "h", 0.8, "share_of_oracle")].value == pytest.approx(-6.0)
+    strict = gains(runs, min_oracle_gain=12.0).set_index(["policy", "predictor", "load", "metric"])
+    assert is_undefined(strict.loc[("sjf", "h", 0.95, "share_of_oracle")].value)
+
+
+def test_random_row_is_printed_by_t5_and_short_t5(tmp_path):
+    from lengthpred.sched.pool import RANDOM
+
+    base = np.random.default_rng(3).uniform(0.9, 1.1, 10)
+    runs = _runs({("fcfs", "none", 0.9): base, ("oracle-sjf", CLAIRVOYANT, 0.9): base * 0.6,
+                  ("sjf", MEAN_ORACLE, 0.9): base * 0.7, ("sjf", RANDOM, 0.9): base * 1.05,
+                  ("sjf", "h", 0.9): base * 0.8})
+    s, g = summarize_runs(runs), gains(runs)
+    text = short_t5(s, g)
+    rows = [ln.split()[:2] for ln in text.splitlines()[3:7]]
+    assert rows == [["fcfs", "none"], ["oracle-sjf", CLAIRVOYANT], ["sjf", MEAN_ORACLE], ["sjf", RANDOM]]
+    assert "leave-one-out" in text and "anchor" in text
+    md = table_t5(s, g).to_markdown()
+    assert "| sjf | random |" in md and "leave-one-out" in md

@@ -143,3 +143,14 @@ def test_a_head_named_like_a_noisy_oracle_is_refused():
     with pytest.raises(ConfigError, match="share a name"):
         run_traces(ws, get_profile("a100-llama2-7b"), parse_policies(["fcfs", "sjf"]), loads=[0.5], seeds=[0],
                    spearman_levels=[0.5], pool=pool, progress=False)
+
+
+def test_prompt_mean_leaves_the_matched_entrys_own_sample_out():
+    """Each prompt sampled [1, 1000]: the full prompt mean (500.5 for all) would key every entry alike; the
+    leave-one-out mean keys the long entry on the short sample and vice versa (Spearman −1 on the pool)."""
+    pool = LengthSource("p", np.full(50, 500.5), np.full(50, 10), {"h": np.arange(50.0)},
+                        samples=[[1, 1000]] * 50)
+    _, q = map_heads(pool, np.arange(1, 201, dtype=float), np.random.default_rng(0))
+    q = q.set_index("predictor")
+    assert q.loc[PROMPT_MEAN, "pool_spearman"] == pytest.approx(-1.0)
+    assert q.loc[PROMPT_MEAN, "pool_entries"] == 100 and q.loc[PROMPT_MEAN, "pool_prompts"] == 50

@@ -19,7 +19,11 @@ def test_each_request_draws_one_of_its_prompts_samples_not_their_mean():
     assert set(req.output.tolist()) == {10, 500, 20}  # never the smoothed 176.7
     share = np.bincount(np.searchsorted([10, 20, 500], req.output), minlength=3) / len(req.output)
     assert share == pytest.approx([1 / 3] * 3, abs=0.03)  # uniform over the samples
-    assert req.expected == pytest.approx(np.full(3000, 530 / 3))  # the mean-oracle's value
+    # the mean-oracle's key: the leave-one-out mean of the other two samples, never the full mean 176.7
+    assert req.expected[req.output == 500] == pytest.approx(15.0)
+    assert req.expected[req.output == 10] == pytest.approx(260.0)
+    assert req.expected[req.output == 20] == pytest.approx(255.0)
+    assert not np.isclose(req.expected, 530 / 3).any()
     assert (req.prompt == 40).all()
 
 
@@ -97,3 +101,45 @@ def test_prompt_tokens_reach_the_simulated_server():
         return run_grid(src, prof, pol, **kw)[0].query("metric == 'ttft_mean'")["value"].iloc[0]
 
     assert ttft(long) > 2 * ttft(short)  # the arrival rate follows capacity, but each prefill takes longer
+
+
+def test_mean_oracle_leaves_the_requests_own_sample_out_and_warns_with_one_sample(caplog):
+    src = LengthSource("t", np.array([177, 5]), np.array([40, 40]), samples=[[10, 500, 20], [7, 9]])
+    assert src.loo_mean(np.array([0, 0, 1]), np.array([500, 10, 9])) == pytest.approx([15.0, 260.0, 7.0])
+    with caplog.at_level("WARNING", logger="lengthpred.sched"):
+        one = LengthSource("t", np.array([5, 8]), np.array([1, 1]), samples=[[5], [6, 10]])
+    assert "single sampled length" in caplog.text and "clairvoyant" in caplog.text
+    req = one.draw(200, np.random.default_rng(0))
+    solo = req.idx == 0
+    assert (req.expected[solo] == 5).all()  # one sample: no others, the key falls back to it
+    assert set(req.expected[~solo].tolist()) <= {6.0, 10.0} and (req.expected[~solo] != req.output[~solo]).all()
+
+
+def test_random_predictor_is_a_row_and_no_better_than_chance():
+    """`random` keys each prompt on a random length: on data where nothing predicts length, its gain over
+    FCFS is not systematically positive, while the clairvoyant oracle's is."""
+    from lengthpred.sched.pool import RANDOM
+
+    rng = np.random.default_rng(5)
+    out = np.maximum(rng.lognormal(np.log(200), 1.0, 1500), 1).astype(int)
+    src = LengthSource("flat", out.astype(float), np.full(1500, 64),
+                       samples=[[x, max(1, int(x * f))] for x, f in zip(out, rng.uniform(0.7, 1.3, 1500), strict=True)])
+    policies = parse_policies(["fcfs", "sjf", "oracle-sjf"])
+    runs, _ = run_grid(src, get_profile("a100-llama2-7b", {"max_batch": 8}), policies, loads=[0.95],
+                       seeds=list(range(6)), n_requests=500, progress=False, random_predictor=True)
+    m = runs[runs.metric == "per_token_latency_mean"].pivot_table(index="seed", columns=["policy", "predictor"],
+                                                                  values="value")
+    assert ("sjf", RANDOM) in m.columns and ("sjf", MEAN_ORACLE) in m.columns
+    fcfs, rand, orc = m[("fcfs", "none")], m[("sjf", RANDOM)], m[("oracle-sjf", CLAIRVOYANT)]
+    oracle_gain = 1 - orc.mean() / fcfs.mean()
+    rand_gain = 1 - rand.mean() / fcfs.mean()
+    assert oracle_gain > 0.05
+    assert rand_gain < 0.3 * oracle_gain  # no systematic share of the oracle's gain
+    assert (rand != orc).all()
+    # fixed per seed: the same seed gives the same row
+    again, _ = run_grid(src, get_profile("a100-llama2-7b", {"max_batch": 8}), policies, loads=[0.95], seeds=[0],
+                        n_requests=500, progress=False, random_predictor=True)
+    a = again.query("metric == 'per_token_latency_mean' and predictor == @RANDOM")["value"].iloc[0]
+    assert a == pytest.approx(rand.loc[0])
+    assert RANDOM not in set(run_grid(src, get_profile("a100-llama2-7b"), policies, loads=[0.95], seeds=[0],
+                                      n_requests=200, progress=False)[0]["predictor"])

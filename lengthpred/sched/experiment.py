@@ -24,9 +24,11 @@ Metrics (``lengthpred.sched.metrics.summarize``): ``per_token_latency_{mean,p50,
 ``preempt_overhead`` (share of the run spent re-prefilling or swapping preempted requests),
 ``recompute_tokens``, ``max_wait`` (s before first admission), ``n_finished``, ``n_rejected``,
 ``n_unfinished``.
-Predictor labels: a head's name, ``<head>+online`` (OnlineScaledPredictor over it), ``mean-oracle`` (each
-prompt's expected length: the mean of its sampled lengths), ``none`` for policies that use no prediction
-(FCFS, MLFQ), ``clairvoyant`` for oracle policies (each request's own sampled length).
+Predictor labels: a head's name, ``<head>+online`` (OnlineScaledPredictor over it), ``mean-oracle`` (the
+leave-one-out mean of the prompt's other sampled lengths: its expected length without the request's own
+sample), ``random`` (a random length per prompt, fixed per seed: the zero anchor for shares of the oracle's
+gain), ``none`` for policies that use no prediction (FCFS, MLFQ), ``clairvoyant`` for oracle policies (each
+request's own sampled length).
 """
 
 from __future__ import annotations
@@ -45,7 +47,15 @@ from lengthpred.errors import ConfigError
 from lengthpred.sched.hardware import HardwareProfile
 from lengthpred.sched.metrics import latency_cdf, summarize, t_interval  # noqa: F401  (re-exported)
 from lengthpred.sched.policies import make_policy
-from lengthpred.sched.pool import CLAIRVOYANT, MEAN_ORACLE, NO_PREDICTOR, LengthSource, Requests
+from lengthpred.sched.pool import (
+    CLAIRVOYANT,
+    MEAN_ORACLE,
+    NO_PREDICTOR,
+    RANDOM,
+    LengthSource,
+    Requests,
+    random_keys,
+)
 from lengthpred.sched.predictors import ArrayPredictor, OnlineScaledPredictor
 from lengthpred.sched.simulator import simulate
 from lengthpred.sched.summary import KEY, format_table, gains, short_t5, summarize_runs  # noqa: F401  (re-exported)
@@ -98,12 +108,14 @@ def run_grid(
     warmup: float = 0.0,
     sim: dict[str, Any] | None = None,
     mean_oracle: bool = True,
+    random_predictor: bool = False,
     progress: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run the grid; returns (runs, latencies) frames (schemas in the module docstring). Within a seed every
     policy, predictor and load sees the same requests, sampled lengths and arrival pattern (common random
-    numbers). `mean_oracle` adds the `mean-oracle` predictor (each prompt's expected length) to every policy
-    that reads predictions, when the source has sampled lengths."""
+    numbers). `mean_oracle` adds the `mean-oracle` predictor (the leave-one-out mean of the prompt's other
+    samples) to every policy that reads predictions, when the source has sampled lengths; `random_predictor`
+    adds `random` (a random length per prompt, fixed per seed), the zero anchor for shares."""
     preds = list(source.preds) if predictors is None else list(predictors)
     unknown = sorted(set(preds) - set(source.preds))
     if unknown:
@@ -112,6 +124,10 @@ def run_grid(
         preds += [f"{p}+online" for p in preds]
     if mean_oracle and source.has_samples:
         preds.append(MEAN_ORACLE)
+    if random_predictor:
+        if RANDOM in source.preds:
+            raise ConfigError(f"a predictor of {source.name} is named {RANDOM!r}, the random anchor's label; rename it")
+        preds.append(RANDOM)
     sim = dict(sim or {})
     rows, lat = [], []
     warned: set[tuple[int, float]] = set()
@@ -134,7 +150,7 @@ def run_grid(
                 CLAIRVOYANT if "oracle" in ps.name or ps.kwargs.get("oracle") else NO_PREDICTOR]
             for pname in names:
                 policy = make_policy(ps.name, **ps.kwargs)
-                predictor = _predictor(source, pname, req)
+                predictor = _predictor(source, pname, req, seed)
                 with warnings.catch_warnings(record=True) as w:
                     warnings.simplefilter("always")
                     res = simulate(wl, profile, policy, predictor, speculative=speculative, seed=seed,
@@ -153,13 +169,15 @@ def run_grid(
     return runs, (pd.concat(lat, ignore_index=True) if lat else pd.DataFrame())
 
 
-def _predictor(source: LengthSource, name: str, req: Requests) -> Any:
+def _predictor(source: LengthSource, name: str, req: Requests, seed: int = 0) -> Any:
     """The predictor a label names; None for the oracle policies and those without one (they read the
     workload's own lengths, or nothing)."""
     if name in (NO_PREDICTOR, CLAIRVOYANT):
         return None
     if name == MEAN_ORACLE:
         return ArrayPredictor(req.expected, name=name)
+    if name == RANDOM:
+        return ArrayPredictor(random_keys(len(source.output), req.idx, req.output, seed), name=name)
     if name.endswith("+online"):
         return OnlineScaledPredictor(source.preds[name[: -len("+online")]][req.idx], name=name)
     return ArrayPredictor(source.preds[name][req.idx], name=name)
@@ -179,7 +197,7 @@ def plot_latency_vs_load(summary: pd.DataFrame, path: str | Path) -> None:
         for k, ((pol, pred), g) in enumerate(sub.groupby(["policy", "predictor"])):
             g = g.sort_values("load")
             ax.plot(g["load"], g["value"], marker="o", ms=3, color=cmap(k % 20), label=f"{pol} / {pred}",
-                    ls="-" if pred in (NO_PREDICTOR, CLAIRVOYANT, MEAN_ORACLE) else "--")
+                    ls="-" if pred in (NO_PREDICTOR, CLAIRVOYANT, MEAN_ORACLE, RANDOM) else "--")
             if g["ci_low"].notna().any():
                 lo = np.maximum(g["ci_low"], g["value"] * 0.5)  # a log axis cannot show a CI through zero
                 ax.fill_between(g["load"], lo, g["ci_high"], color=cmap(k % 20), alpha=0.08)

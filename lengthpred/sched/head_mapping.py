@@ -16,7 +16,9 @@ Nothing of request i's own length reaches the prediction except through the matc
 the same entry get the same prediction (a constant head predicts the median for all, and SJF on it
 admits in arrival order). The pool's censoring comes along: the reference trace's capped samples tie at the cap, so the
 longest trace requests are matched at random among the capped entries, and no head can rank those.
-``prompt-mean`` maps each entry's prompt mean the same way: T5's mean-oracle, carried over.
+``prompt-mean`` maps each entry's leave-one-out prompt mean the same way (the mean of its prompt's *other*
+samples, so the matched entry's own sample is not in its key; one sample: that sample): T5's mean-oracle,
+carried over.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from lengthpred.sched.pool import LengthSource
 
 __all__ = ["PROMPT_MEAN", "map_heads", "pool_entries"]
 
-PROMPT_MEAN = "prompt-mean"  # predictor label: the matched prompt's mean sampled length (mean-oracle)
+PROMPT_MEAN = "prompt-mean"  # predictor label: the matched entry's leave-one-out prompt mean (mean-oracle)
 
 
 def pool_entries(pool: LengthSource) -> tuple[np.ndarray, np.ndarray]:
@@ -64,14 +66,16 @@ def map_heads(pool: LengthSource, output: np.ndarray, rng: np.random.Generator,
     matched = by_len[np.minimum(((rank + 0.5) / n * K).astype(np.int64), K - 1)]  # [n] pool entry per request
     sorted_out = np.sort(out)
     names = list(pool.preds) if heads is None else list(heads)
-    values = {h: np.asarray(pool.preds[h], dtype=float) for h in names}
-    if pool.expected is not None:
-        values[PROMPT_MEAN] = np.asarray(pool.expected, dtype=float)
     mean_len = pool.expected if pool.expected is not None else np.asarray(pool.output, dtype=float)
+    values = {h: np.asarray(pool.preds[h], dtype=float)[entry_prompt] for h in names}  # [K] per entry
+    if pool.expected is not None:  # the entry's own sample left out (LengthSource.loo_mean)
+        values[PROMPT_MEAN] = pool.loo_mean(entry_prompt, entry_len)
     preds, rows = {}, []
     for h, v in values.items():
-        p = _mid_quantile(v[entry_prompt])  # [K] quantile of the head's prediction for each entry
+        p = _mid_quantile(v)  # [K] quantile of the head's prediction for each entry
         preds[h] = sorted_out[np.minimum((p[matched] * n).astype(np.int64), n - 1)]
-        rows.append(dict(predictor=h, pool_spearman=spearman(entry_len, v[entry_prompt]),
-                         pool_spearman_mean=spearman(mean_len, v), pool_entries=K, pool_prompts=len(v)))
+        rows.append(dict(predictor=h, pool_spearman=spearman(entry_len, v),
+                         pool_spearman_mean=spearman(mean_len, pool.preds[h]) if h in pool.preds and h != PROMPT_MEAN
+                         else spearman(mean_len[entry_prompt], v), pool_entries=K,
+                         pool_prompts=len(mean_len)))
     return preds, pd.DataFrame(rows)

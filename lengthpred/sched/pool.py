@@ -4,12 +4,17 @@ A served request reveals one sampled length, not its prompt's mean (docs/AUDIT: 
 sample"). So a pool entry holds its prompt's sampled lengths when the source has them, and every simulated
 request draws one of them uniformly: the scheduler, the oracles and every head face the same noisy truth.
 Two oracles follow: the *clairvoyant* one knows the request's own sampled length (the oracle policies), the
-*mean-oracle* knows only its prompt's expected length (the mean of its samples), the most any predictor
-that reads the prompt can know.
+*mean-oracle* knows only its prompt's expected length, estimated by the leave-one-out mean of the prompt's
+*other* samples (a request that drew sample j is keyed on the mean of the others): the full mean would
+contain the request's own length (with 3 samples a third of it), a leak no predictor reading the prompt has.
+With a single sample there are no others; the key falls back to that sample (a warning says the mean-oracle
+then equals the clairvoyant one). A third reference, ``random`` (`random_keys`), keys each prompt on a random
+length: the zero anchor for shares of the oracle's gain.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -17,8 +22,11 @@ import numpy as np
 
 from lengthpred.errors import DataError
 
+log = logging.getLogger("lengthpred.sched")
+
 CLAIRVOYANT = "clairvoyant"  # predictor label of the oracle policies: each request's own sampled length
-MEAN_ORACLE = "mean-oracle"  # predictor: the prompt's expected length (mean of its sampled lengths)
+MEAN_ORACLE = "mean-oracle"  # predictor: leave-one-out mean of the prompt's other sampled lengths
+RANDOM = "random"  # predictor: a random length per prompt (fixed per seed), the zero anchor of shares
 NO_PREDICTOR = "none"  # predictor label of policies that use no prediction (FCFS, MLFQ)
 
 
@@ -29,7 +37,8 @@ class Requests:
     idx: np.ndarray  # [n] pool entries
     output: np.ndarray  # [n] int, each request's own sampled length (>= 1)
     prompt: np.ndarray  # [n] int, its prompt's token count
-    expected: np.ndarray | None  # [n] float, its prompt's expected length; None when the pool has no samples
+    expected: np.ndarray | None  # [n] float, the leave-one-out mean of its prompt's other samples (its own
+    # sample when the prompt has one); the mean-oracle's key. None when the pool has no samples
 
 
 @dataclass
@@ -47,10 +56,12 @@ class LengthSource:
     preds: dict[str, np.ndarray] = field(default_factory=dict)  # predictor → [m] predicted tokens
     arrival: np.ndarray | None = None  # [m] trace timestamps (s), when the source is a trace
     samples: Sequence[Sequence[int]] | None = None  # [m] ragged: each prompt's sampled lengths
-    expected: np.ndarray | None = field(init=False, default=None)  # [m] float: mean of each entry's samples
+    expected: np.ndarray | None = field(init=False, default=None)  # [m] float: mean of all of an entry's samples
+    # (the prompt's expected length, T1's target); the mean-oracle's key is `loo_mean`, without the own sample
     _flat: np.ndarray | None = field(init=False, default=None, repr=False)  # [sum count] samples, entry-major
     _start: np.ndarray | None = field(init=False, default=None, repr=False)  # [m] first sample of each entry
     _count: np.ndarray | None = field(init=False, default=None, repr=False)  # [m] samples per entry
+    _sum: np.ndarray | None = field(init=False, default=None, repr=False)  # [m] sum of each entry's samples
 
     def __post_init__(self) -> None:
         m = len(self.output)
@@ -73,7 +84,12 @@ class LengthSource:
             self._flat = np.maximum(np.rint(flat), 1).astype(np.int64)
             self._start = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
             self._count = count
-            self.expected = np.add.reduceat(self._flat, self._start) / count
+            self._sum = np.add.reduceat(self._flat, self._start).astype(float)
+            self.expected = self._sum / count
+            if count.min() < 2:
+                log.warning("length source %s: %d of %d prompts have a single sampled length; for their requests "
+                            "the mean-oracle (leave-one-out mean) falls back to that sample and equals the "
+                            "clairvoyant oracle", self.name, int((count < 2).sum()), m)
 
     @property
     def has_samples(self) -> bool:
@@ -88,4 +104,22 @@ class LengthSource:
         if not self.has_samples:
             return Requests(idx, self.output[idx], self.prompt[idx], None)
         k = (rng.random(len(idx)) * self._count[idx]).astype(np.int64)  # [n] which sample, uniform
-        return Requests(idx, self._flat[self._start[idx] + k], self.prompt[idx], self.expected[idx])
+        own = self._flat[self._start[idx] + k]
+        return Requests(idx, own, self.prompt[idx], self.loo_mean(idx, own))
+
+    def loo_mean(self, idx: np.ndarray, own: np.ndarray) -> np.ndarray:
+        """[n] the mean of entry idx[i]'s samples other than the one drawn (`own[i]`, as stored: rounded,
+        >= 1); `own[i]` itself for an entry with a single sample. The mean-oracle's key."""
+        count = self._count[idx]
+        own = np.asarray(own, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            loo = (self._sum[idx] - own) / (count - 1)
+        return np.where(count > 1, loo, own)
+
+
+def random_keys(m: int, idx: np.ndarray, output: np.ndarray, seed: int) -> np.ndarray:
+    """[n] the `random` predictor: each of the `m` pool entries gets a random quantile (fixed by `seed`, its
+    own stream), read off the drawn requests' length distribution `output`; request i takes its entry's.
+    Same scale as the lengths, no information about which request is long."""
+    u = np.random.default_rng([int(seed), 23]).random(m)  # [m]
+    return np.quantile(np.asarray(output, dtype=float), u[np.asarray(idx)])

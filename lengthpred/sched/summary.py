@@ -5,7 +5,10 @@
   not fit). Use ≥ 10 seeds: with fewer, a percentile interval is coarse and usually too narrow.
 - `gains`: per (policy, predictor, load) the gain of mean per-token latency over FCFS and its share of the
   clairvoyant oracle's gain, paired over seeds. The share is `UNDEFINED` at a load where the oracle's own
-  gain interval does not lie above 0: a ratio over a gain that may be nothing says nothing.
+  gain interval does not lie above 0, or its point gain is below `min_oracle_gain` percentage points
+  (default 2): a ratio over a gain that may be nothing, or next to nothing, says nothing (0.3% gives shares
+  of −600%). The share has no meaningful zero of its own (short-prompt-first helps by itself): read it
+  against the ``random`` row (a random key per prompt), the anchor.
 - `format_table`, `short_t5`: what scripts/simulate.py and the demo print.
 """
 
@@ -21,11 +24,12 @@ import pandas as pd
 
 from lengthpred.metrics import UNDEFINED, is_undefined
 from lengthpred.sched.metrics import bootstrap_mean_intervals
-from lengthpred.sched.pool import CLAIRVOYANT, MEAN_ORACLE, NO_PREDICTOR
+from lengthpred.sched.pool import CLAIRVOYANT, MEAN_ORACLE, NO_PREDICTOR, RANDOM
 
 log = logging.getLogger("lengthpred.sched")
 KEY = "per_token_latency_mean"
 MIN_SEEDS = 10  # fewer: intervals over seeds are rough (a warning says so)
+MIN_ORACLE_GAIN = 2.0  # percentage points: below it the oracle's gain is too small a base for shares
 SUMMARY_KEYS = ["hardware", "data", "policy", "predictor", "load", "metric"]
 GAIN_COLUMNS = ["policy", "predictor", "load", "metric", "value", "ci_low", "ci_high", "n"]
 
@@ -44,11 +48,13 @@ def summarize_runs(runs: pd.DataFrame, level: float = 0.95, n_boot: int = 2000) 
     return out.assign(value=mean, ci_low=lo, ci_high=hi, n=np.isfinite(v).sum(axis=1).astype(int))
 
 
-def gains(runs: pd.DataFrame, metric: str = KEY, level: float = 0.95, n_boot: int = 1000) -> pd.DataFrame:
+def gains(runs: pd.DataFrame, metric: str = KEY, level: float = 0.95, n_boot: int = 1000,
+          min_oracle_gain: float = MIN_ORACLE_GAIN) -> pd.DataFrame:
     """Gain of `metric` over FCFS, 1 − mean(x)/mean(FCFS), and share of the clairvoyant oracle's gain,
     (mean(FCFS) − mean(x)) / (mean(FCFS) − mean(oracle)), means over seeds (oracle: the oracle policy with the
     lowest mean); percentile intervals by a paired bootstrap over seeds. Shares (and their intervals) are
-    UNDEFINED at a load where the oracle's gain interval does not lie above 0, or where there is none."""
+    UNDEFINED at a load where the oracle's gain interval does not lie above 0, where its point gain is below
+    `min_oracle_gain` percentage points, or where there is none."""
     d = runs[runs["metric"] == metric].pivot_table(index=["load", "seed"], columns=["policy", "predictor"],
                                                    values="value")
     fcfs_cols = [c for c in d.columns if c[0] == "fcfs"]
@@ -66,7 +72,8 @@ def gains(runs: pd.DataFrame, metric: str = KEY, level: float = 0.95, n_boot: in
         best = min(oracle_cols, key=lambda c: dl[c].mean()) if oracle_cols else None
         o = dl[best].to_numpy() if best is not None else np.full(n, np.nan)
         oracle_lo = _interval(f, o, o, boots, q)[0][0] if boots is not None else math.nan
-        share_defined = oracle_lo > 0  # NaN (no oracle, one seed) compares False
+        oracle_gain = _gain_share(f, o, o, np.arange(n))[0]
+        share_defined = oracle_lo > 0 and 100 * oracle_gain >= min_oracle_gain  # NaN (no oracle, 1 seed): False
         for pol, pred in d.columns:
             x = dl[(pol, pred)].to_numpy()
             point = _gain_share(f, x, o, np.arange(n))
@@ -158,11 +165,11 @@ def short_t5(summary: pd.DataFrame, gain: pd.DataFrame | None, *, load: float | 
     s = summary[(summary["metric"] == KEY) & (summary["load"].astype(float) == load)
                 & summary["policy"].isin(list(policies))]
     g = _gain_lookup(gain) if gain is not None else {}
-    rank = {NO_PREDICTOR: 0, CLAIRVOYANT: 1, MEAN_ORACLE: 2}
+    rank = {NO_PREDICTOR: 0, CLAIRVOYANT: 1, MEAN_ORACLE: 2, RANDOM: 3}
     rows = []
     for r in s.itertuples():
         gr, sr = (g.get((r.policy, r.predictor, load, m)) for m in ("gain_vs_fcfs", "share_of_oracle"))
-        rows.append((rank.get(r.predictor, 3), -(_num(gr.value) or 0.0) if gr is not None else 0.0, r.policy,
+        rows.append((rank.get(r.predictor, 4), -(_num(gr.value) or 0.0) if gr is not None else 0.0, r.policy,
                      r.predictor, _ms(r.value, r.ci_low, r.ci_high), _pct(*_vlh(gr)), _pct(*_vlh(sr), sign="")))
     rows.sort(key=lambda t: t[:4])
     n = int(s["n"].max()) if "n" in s.columns and len(s) else 0
@@ -171,6 +178,8 @@ def short_t5(summary: pd.DataFrame, gain: pd.DataFrame | None, *, load: float | 
     lines = [f"**T5 (short). Mean per-token latency at load {load:g} ({where}), {n} seeds**", "",
              "  ".join(h.ljust(w) for h, w in zip(head, width, strict=True))]
     lines += ["  ".join(str(x).ljust(w) for x, w in zip(r[2:], width, strict=True)) for r in rows]
-    lines += ["", f"{CLAIRVOYANT}: knows each request's own sampled length; {MEAN_ORACLE}: its prompt's mean "
-              "length. Share: of the clairvoyant oracle's gain (undefined when that gain's interval reaches 0)."]
+    lines += ["", f"{CLAIRVOYANT}: knows each request's own sampled length; {MEAN_ORACLE}: the leave-one-out mean "
+              f"of the prompt's other samples; {RANDOM}: a random length per prompt (the anchor: compare shares "
+              "with its row, not with 0). Share: of the clairvoyant oracle's gain (undefined when that gain's "
+              f"interval reaches 0 or it is below {MIN_ORACLE_GAIN:g} points)."]
     return "\n".join(lines)

@@ -40,7 +40,7 @@ from lengthpred.sched.head_mapping import PROMPT_MEAN, map_heads
 from lengthpred.sched.metrics import bootstrap_mean_intervals
 from lengthpred.sched.noisy_oracle import noisy_oracle, spearman
 from lengthpred.sched.pool import CLAIRVOYANT, LengthSource
-from lengthpred.sched.summary import gains
+from lengthpred.sched.summary import MIN_ORACLE_GAIN, gains
 from lengthpred.sched.trace_windows import TraceWindow
 
 __all__ = ["GAIN_METRICS", "noisy_label", "quality_curve", "run_traces", "spearman_needed", "trace_gains"]
@@ -90,12 +90,13 @@ def run_traces(windows: dict[str, list[TraceWindow]], profile: HardwareProfile, 
             pd.DataFrame(quality))
 
 
-def trace_gains(runs: pd.DataFrame, metrics: Sequence[str] = GAIN_METRICS) -> pd.DataFrame:
+def trace_gains(runs: pd.DataFrame, metrics: Sequence[str] = GAIN_METRICS,
+                min_oracle_gain: float = MIN_ORACLE_GAIN) -> pd.DataFrame:
     """`summary.gains` per trace and latency metric, paired over windows."""
     out = []
     for name, g in runs.groupby("data", sort=True):
         for m in metrics:
-            out.append(gains(g, metric=m).assign(data=name, latency_metric=m))
+            out.append(gains(g, metric=m, min_oracle_gain=min_oracle_gain).assign(data=name, latency_metric=m))
     cols = ["data", "latency_metric"]
     df = pd.concat(out, ignore_index=True)
     return df[cols + [c for c in df.columns if c not in cols]]
