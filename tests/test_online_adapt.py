@@ -71,7 +71,7 @@ def _synthetic(d: int = 12, seed: int = 0, k: int = 3):
     return {"indomain": indomain, "cross": cross}, _Features(ids, np.vstack(X)), pd.DataFrame(rows)
 
 
-FAST = ["online.alpha=1.0", "online.record_every=10", "online.n_boot=200"]
+FAST = ["online.alpha=1.0", "online.record_every=10", "online.n_boot=200", "online.stream_seeds=2"]
 
 
 @pytest.mark.parametrize("option", ["rls", "sweep"])
@@ -295,7 +295,8 @@ def test_tracker_gets_tables_images_and_headline(tmp_path):
     splits, fs, targets = _synthetic(seed=1)
     rec = _Rec()
     cfg = compose_cfg(
-        ["online.alpha=1.0", "online.forgetting=[0.99]", "online.record_every=20", "online.n_boot=50"],
+        ["online.alpha=1.0", "online.forgetting=[0.99]", "online.record_every=20", "online.n_boot=50"]
+        + ["online.stream_seeds=2"],
         tmp_path,
     )
     run_adaptation(cfg, tmp_path, splits=splits, feature_set=fs, targets=targets, tracker=rec)
@@ -305,9 +306,122 @@ def test_tracker_gets_tables_images_and_headline(tmp_path):
         "online/curves",
         "online/stream_curves",
         "online/pairs",
+        "online/pairs_seeds",
         "online/per_target",
     }
     assert {"online/gain_vs_shift", "online/adaptation_summary", "online/adaptation_by_target"} <= set(
         rec.images
     )
-    assert rec.summ["forgetting_chosen"] == "0.99 (3)" and "rls@val/test_spearman_delta_lo" in rec.summ
+    assert rec.summ["forgetting_chosen"] == "0.99 (6)" and "rls@val/test_spearman_delta_lo" in rec.summ
+
+
+def _seeded_frames(deltas_by_seed, n=60, seed=0):
+    """One target, two pairs; per stream seed, an RLS head whose test predictions track y by that seed's
+    noise level (static: the same weak predictor in every seed)."""
+    rng = np.random.default_rng(seed)
+    y = rng.lognormal(5, 1, n)
+    static = {q: y * rng.lognormal(0, 1.5, n) for q in ("x->t", "z->t")}
+    rows, srows, meta = [], [], []
+    for sd, noise in enumerate(deltas_by_seed):
+        for pair in ("x->t", "z->t"):
+            r_noise = rng.lognormal(0, noise, n)
+            for head, p in (("static", static[pair]), ("rls@val", y * r_noise)):
+                for k in range(n):
+                    r = {
+                        "pair": pair,
+                        "target": "t",
+                        "head": head,
+                        "id": f"i{k}",
+                        "y_true": y[k],
+                        "y_pred": p[k],
+                    }
+                    rows.append({**r, "stream_seed": sd})
+                    srows.append({**r, "stream_seed": sd, "is_val": k < 10, "labels_seen": k, "in_flight": 1})
+            meta.append(
+                {"pair": pair, "target": "t", "shift": 0.3, "load": 0.7, "forgetting": 1.0, "stream_seed": sd}
+            )
+    return pd.DataFrame(rows), pd.DataFrame(srows), pd.DataFrame(meta)
+
+
+def test_per_target_summary_averages_stream_seeds():
+    """Seeds that disagree: the seed average differs from seed 0 alone, its sd over seeds is reported."""
+    from lengthpred.online.summary import per_target_summary
+
+    te, st, meta = _seeded_frames([0.2, 3.0, 3.0, 3.0])  # seed 0 is a lucky draw
+    per = per_target_summary(te, st, meta, {"rls": "rls@val"}, n_boot=200).set_index("target")
+    one = per_target_summary(
+        te[te["stream_seed"] == 0],
+        st[st["stream_seed"] == 0],
+        meta[meta["stream_seed"] == 0],
+        {"rls": "rls@val"},
+        n_boot=200,
+    ).set_index("target")
+    assert per.at["t", "n_seeds"] == 4 and one.at["t", "n_seeds"] == 1 and per.at["t", "n_pairs"] == 2
+    assert per.at["t", "rls_test_delta"] < one.at["t", "rls_test_delta"] - 0.1
+    assert per.at["t", "rls_test_delta_seed_sd"] > 0.1 and np.isnan(one.at["t", "rls_test_delta_seed_sd"])
+    assert per.at["t", "forgetting"] == "1 (8)"
+
+
+def test_interval_widens_when_seeds_disagree():
+    """Same prompts and mean delta scale: seeds that disagree widen the interval (seeds are resampled)."""
+    from lengthpred.online.summary import per_target_summary
+
+    heads = {"rls": "rls@val"}
+    agree = per_target_summary(*_seeded_frames([1.0] * 6, seed=2), heads, n_boot=400).set_index("target")
+    split = per_target_summary(
+        *_seeded_frames([0.1, 0.1, 0.1, 4.0, 4.0, 4.0], seed=2), heads, n_boot=400
+    ).set_index("target")
+    w_agree = agree.at["t", "rls_test_delta_hi"] - agree.at["t", "rls_test_delta_lo"]
+    w_split = split.at["t", "rls_test_delta_hi"] - split.at["t", "rls_test_delta_lo"]
+    assert w_split > 1.5 * w_agree
+    assert split.at["t", "rls_test_delta_seed_sd"] > 3 * agree.at["t", "rls_test_delta_seed_sd"]
+    for per in (agree, split):  # the point estimate lies inside its interval
+        assert (
+            per.at["t", "rls_test_delta_lo"]
+            <= per.at["t", "rls_test_delta"]
+            <= per.at["t", "rls_test_delta_hi"]
+        )
+
+
+def test_every_stream_seed_chooses_lambda_without_the_target_test(tmp_path):
+    """Per pair and seed, λ and the stream are unchanged when the target-test lengths are scrambled; the
+    seeds differ in arrival order and revealed samples."""
+    splits, fs, targets = _synthetic(seed=3)
+    test_ids = {i for p in splits["cross"] for i in p["test"]}
+    scrambled = targets.copy()
+    rng = np.random.default_rng(9)
+    for k in np.flatnonzero(scrambled["id"].isin(test_ids)):
+        s = [int(v) for v in rng.integers(1, 2000, 3)]
+        scrambled.at[k, "lengths"], scrambled.at[k, "y"] = s, float(np.mean(s))
+    out = {}
+    for name, t in (("a", targets), ("b", scrambled)):
+        cfg = compose_cfg(
+            ["online.alpha=1.0", "online.record_every=10", "online.n_boot=50", "online.plot_pairs=0"]
+            + ["online.stream_seeds=[0,5,7]"],
+            tmp_path / name,
+        )
+        run_adaptation(cfg, tmp_path / name, splits=splits, feature_set=fs, targets=t)
+        out[name] = (
+            pd.read_csv(tmp_path / name / "pairs_seeds.csv").set_index(["pair", "stream_seed"]),
+            pd.read_csv(tmp_path / name / "per_target.csv").set_index("target"),
+        )
+    (sa, pa), (sb, pb) = out["a"], out["b"]
+    assert sorted(sa.index.get_level_values("stream_seed").unique()) == [0, 5, 7]
+    cols = ["forgetting", "shift", "labels_seen_mean", "in_flight_mean", "n_revealed"]
+    pd.testing.assert_frame_equal(sa[cols], sb[cols])
+    assert (pa["n_seeds"] == 3).all()
+    assert not np.allclose(pa["rls_test_delta"], pb["rls_test_delta"], equal_nan=True)
+    # seeds differ: arrival order (labels seen per request) varies across seeds of one pair
+    assert sa.xs("a->b", level="pair")["labels_seen_mean"].nunique() > 1 or (
+        sa.xs("a->b", level="pair")["in_flight_mean"].nunique() > 1
+    )
+
+
+def test_stream_seeds_spec():
+    from lengthpred.online.experiment import stream_seeds
+
+    assert stream_seeds(3, 4) == [4, 5, 6] and stream_seeds([2, 9]) == [2, 9]
+    with pytest.raises(ConfigError):
+        stream_seeds(0)
+    with pytest.raises(ConfigError):
+        stream_seeds([1, 1])

@@ -148,7 +148,8 @@ def _per_target() -> pd.DataFrame:
              "rls_test_delta": d, "rls_test_delta_lo": d - 0.1, "rls_test_delta_hi": d + 0.1,
              "rls_stream_delta": d / 2, "rls_stream_delta_lo": d / 2 - 0.05, "rls_stream_delta_hi": d / 2 + 0.05,
              "mean_oracle_test_delta": d + 0.01, "mean_oracle_test_delta_lo": d - 0.09,
-             "mean_oracle_test_delta_hi": d + 0.11, "forgetting": "1 (4), 0.99 (2)"}
+             "mean_oracle_test_delta_hi": d + 0.11, "forgetting": "1 (4), 0.99 (2)",
+             "n_seeds": 10, "rls_test_delta_seed_sd": 0.06}
         )
     return pd.DataFrame(rows)
 
@@ -161,6 +162,8 @@ def test_t3_from_the_online_per_target_summary(tmp_path):
     assert [r[0] for r in t3.rows] == ["chat", "math", "all"]
     assert "| chat | 6 | 0.400 | 0.10 to 0.90 | 148.2 (150) | 0.960 | 4.2 | 0.300 | 0.420 | 0.120 [0.020, 0.220] |" in md
     assert "load 0.70" in md and "Gain" not in md and "Best" not in md
+    assert "| 0.060 |" in md and "sd over seeds (test)" in md and "over 10 stream seed(s)" in md
+    assert "resamples the target's prompts" in md and "stream seeds with replacement" in md
     assert t3.to_latex().isascii()
 
 

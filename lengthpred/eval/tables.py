@@ -281,9 +281,12 @@ def table_t3_targets(per_target: pd.DataFrame) -> Table:
         Column("RLS − static, test", "up", "corr"),
         Column("RLS − static, in-stream", "up", "corr"),
     ]
+    has_sd = "rls_test_delta_seed_sd" in per_target.columns
+    if has_sd:
+        cols.append(Column("sd over seeds (test)", None, "corr"))
     if has_oracle:
         cols.append(Column("Mean-label oracle − static, test", "up", "corr"))
-    cols += [Column("λ chosen (pairs)"), Column("n test", None, "int")]
+    cols += [Column("λ chosen (pair-seeds)" if has_sd else "λ chosen (pairs)"), Column("n test", None, "int")]
     rows = []
     for r in per_target.to_dict("records"):
         row: list[Any] = [
@@ -299,17 +302,25 @@ def table_t3_targets(per_target: pd.DataFrame) -> Table:
             delta(r, "rls_test_delta"),
             delta(r, "rls_stream_delta"),
         ]
+        if has_sd:
+            row.append(num(r, "rls_test_delta_seed_sd", "corr"))
         if has_oracle:
             row.append(delta(r, "mean_oracle_test_delta"))
         row += [str(r.get("forgetting", "")), num(r, "n_test", "int")]
         rows.append(row)
     load = pd.to_numeric(per_target.get("load"), errors="coerce")
     load_text = f"{float(load.mean()):.2f}" if load is not None and load.notna().any() else "unknown"
+    seeds = pd.to_numeric(per_target.get("n_seeds"), errors="coerce")
+    n_seeds = int(seeds.max()) if seeds is not None and seeds.notna().any() else 1
     notes = [
         "Per target domain (its pairs share its test prompts and its stream, so the target is the independent "
-        "unit): Spearman on the held-out target test set after the stream, averaged over the target's pairs; "
-        "differences are absolute, with 95% percentile-bootstrap CIs resampling the target's prompts (the same "
-        "resample for all its pairs; 'all' averages the targets, resampling each target's prompts).",
+        f"unit): Spearman on the held-out target test set after the stream, averaged over the target's pairs "
+        f"and over {n_seeds} stream seed(s) (each seed: one arrival order and one draw of revealed samples); "
+        "differences are absolute, with 95% percentile-bootstrap CIs in which each replicate resamples the "
+        "target's prompts (the same resample for all its pairs and seeds) and, independently, its stream seeds "
+        "with replacement, averaging over the resampled seeds, so the interval covers both prompt and stream "
+        "randomness ('all' averages the targets, resampling each target's prompts and seeds). sd over seeds: "
+        "standard deviation across seeds of the seed's test difference (for 'all', of the target average).",
         f"Stream: the target's train+val prompts arrive at load {load_text} of the serving model's capacity "
         "(simulated server); each completion reveals one sampled length. Labels seen: lengths revealed "
         "before a request was predicted; in flight: requests arrived but not yet completed at that moment.",
@@ -412,9 +423,11 @@ def table_t5(
         [
             f"Mean over {seeds} with 95% percentile-bootstrap intervals (resampling seeds). Each request has "
             "one sampled length; predictor `clairvoyant` (the oracle policies) knows it, `mean-oracle` knows only "
-            f"its prompt's mean length. Gain: relative reduction of {key_metric} vs FCFS at the same load; "
-            "share: that reduction over the clairvoyant oracle's, undefined where the oracle's own gain interval "
-            "reaches 0. Loads >= 1 are overloaded: runs stop at the horizon."
+            "the leave-one-out mean of the prompt's other samples, `random` is a random length per prompt (the "
+            f"anchor: read shares against its row, not 0). Gain: relative reduction of {key_metric} vs FCFS at "
+            "the same load; share: that reduction over the clairvoyant oracle's, undefined where the oracle's "
+            "own gain interval reaches 0 or its gain is below 2 points. Loads >= 1 are overloaded: runs stop at "
+            "the horizon."
         ],
     )
 

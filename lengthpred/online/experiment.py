@@ -3,16 +3,21 @@
 Per pair (`lengthpred.online.pairs`): the readout is fitted on the source, the target's train+val prompts
 arrive as a stream served by the completion model (default: the serving model's calibrated CPU profile
 at load 0.7), each completion reveals one sampled length, λ is chosen on the stream's validation
-requests (`lengthpred.online.select`) and copied as `rls@val`.
+requests (`lengthpred.online.select`) and copied as `rls@val`. Every pair is replayed once per stream
+seed (`online.stream_seeds`: arrival order, arrival times and revealed samples; λ chosen per pair and
+seed); the ridge alpha (source only) is chosen once per pair. The curves, summary, gains, predictions
+and plots come from the primary (first) seed; `per_target.csv` averages every seed.
 
 Writes into `out_dir`:
 - `stream_curves.csv`: the main adaptation curve, in-stream Spearman/MAE and their difference from static
   vs labels seen at prediction (`lengthpred.online.curves`), per pair and head;
 - `curves.csv`: held-out target test Spearman/MAE vs labels learned, per pair and head;
 - `summary.csv`: per pair and head, end-of-stream and in-stream metrics, labels seen, update cost;
-- `pairs.csv`: per pair, served and prompt shift, load, arrival rate, capacity, chosen λ, alpha;
+- `pairs.csv`: per pair, served and prompt shift, load, arrival rate, capacity, chosen λ, alpha (primary
+  seed); `pairs_seeds.csv`: the same per pair and stream seed (`stream_seed`);
 - `gains.csv`: per pair and head, Spearman differences from static (in-stream and test);
-- `per_target.csv`: per target and overall, ΔSpearman with prompt-bootstrap CIs (T3's input,
+- `per_target.csv`: per target and overall, seed-averaged ΔSpearman with prompt × seed bootstrap CIs
+  and the sd over seeds (T3's input,
   `lengthpred.online.summary`);
 - `predictions.parquet` (docs/DESIGN.md); `plots/*.png`; `adapt.json` (config + headline numbers).
 """
@@ -129,31 +134,48 @@ def _run_adaptation(
         k: [] for k in ("curves", "stream", "summary", "preds", "test", "sp")
     }
     meta: list[dict[str, Any]] = []
+    seeds = stream_seeds(ocfg.get("stream_seeds", 1), int(cfg.get("seed", 0)))
+    base_seed = int(getattr(completion, "seed", 0) or 0)  # the completion model's own seed, for seeds[0]
     for pair in pairs:
-        ps = pair_stream(
-            pair,
-            splits["indomain"],
-            features,
-            targets,
-            stream_parts=list(ocfg.stream_parts),
-            val_part=ocfg.get("val_part", "val"),
-            shift_key=str(ocfg.shift_key),
-            seed=int(cfg.get("seed", 0)),
-        )
-        for key, df in _one_pair(ps, ocfg, completion, candidates, compared, targets).items():
-            (meta if key == "meta" else acc[key]).append(df)
+        alpha = None  # seed-independent (the source fit): chosen once per pair
+        for k, sd in enumerate(seeds):
+            ps = pair_stream(
+                pair,
+                splits["indomain"],
+                features,
+                targets,
+                stream_parts=list(ocfg.stream_parts),
+                val_part=ocfg.get("val_part", "val"),
+                shift_key=str(ocfg.shift_key),
+                seed=sd,
+            )
+            if alpha is None:
+                alpha = ocfg.alpha
+                if alpha is None:
+                    alpha = select_alpha(ps.data.X_source, ps.data.y_source, list(ocfg.alphas))
+            if hasattr(completion, "seed"):
+                completion.seed = base_seed + sd - seeds[0]  # arrival times: one draw per stream seed
+            frames = _one_pair(
+                ps, ocfg, completion, candidates, compared, targets, float(alpha), primary=k == 0
+            )
+            frames["meta"]["stream_seed"] = sd
+            for key in ("sp", "test"):
+                frames[key]["stream_seed"] = sd
+            for key, df in frames.items():
+                (meta if key == "meta" else acc[key]).append(df)
     curves_df, stream_df = (
         pd.concat(acc["curves"], ignore_index=True),
         pd.concat(acc["stream"], ignore_index=True),
     )
-    summary_df, pairs_df = pd.concat(acc["summary"], ignore_index=True), pd.DataFrame(meta)
+    summary_df, seeds_df = pd.concat(acc["summary"], ignore_index=True), pd.DataFrame(meta)
+    pairs_df = seeds_df[seeds_df["stream_seed"] == seeds[0]].reset_index(drop=True)
     gains = gains_table(summary_df, [h for h in summary_df["head"].unique() if h != "static"])
     gains = gains.merge(pairs_df[["pair", "source", "target", "prompt_shift"]], on="pair", how="left")
     heads = {"rls": SELECTED, **({"mean_oracle": oracle} if oracle else {})}
     per_target = per_target_summary(
         pd.concat(acc["test"], ignore_index=True),
         pd.concat(acc["sp"], ignore_index=True),
-        pairs_df,
+        seeds_df,
         heads,
         n_boot=int(ocfg.get("n_boot", 1000)),
         confidence=float(ocfg.get("confidence", 0.95)),
@@ -163,11 +185,13 @@ def _run_adaptation(
     stream_df.to_csv(out / "stream_curves.csv", index=False)
     summary_df.to_csv(out / "summary.csv", index=False)
     pairs_df.to_csv(out / "pairs.csv", index=False)
+    seeds_df.to_csv(out / "pairs_seeds.csv", index=False)
     gains.to_csv(out / "gains.csv", index=False)
     per_target.to_csv(out / "per_target.csv", index=False)
     pd.concat(acc["preds"], ignore_index=True).to_parquet(out / "predictions.parquet", index=False)
     _plots(out / "plots", curves_df, stream_df, gains, pairs_df, ocfg.get("plot_pairs"), oracle)
     headline = headline_numbers(per_target, pairs_df, heads)
+    headline["stream_seeds"] = seeds
     (out / "adapt.json").write_text(
         json.dumps(
             {"config": OmegaConf.to_container(ocfg, resolve=True), **headline}, indent=2, default=float
@@ -181,6 +205,7 @@ def _run_adaptation(
             ("curves", curves_df),
             ("stream_curves", stream_df),
             ("pairs", pairs_df),
+            ("pairs_seeds", seeds_df),
             ("per_target", per_target),
         ):
             tracker.log_table(f"online/{key}", list(df.columns), df.astype(object).values.tolist())
@@ -196,16 +221,21 @@ def _one_pair(
     candidates: list[str],
     compared: list[str],
     targets: pd.DataFrame,
+    alpha: float,
+    *,
+    primary: bool = True,
 ) -> dict[str, Any]:
-    """Stream one pair: fit, replay, choose λ on validation, in-stream curves; frames keyed as `acc`."""
-    alpha = ocfg.alpha
-    if alpha is None:
-        alpha = select_alpha(ps.data.X_source, ps.data.y_source, list(ocfg.alphas))
+    """Stream one pair for one stream seed: fit, replay, choose λ on validation; frames keyed as `acc`.
+
+    Only the primary (first) seed records test curves, in-stream curves, the summary and predictions rows;
+    the other seeds feed the per-target summary (`sp`, `test`) and `meta` only.
+    """
     res = run_pair(
         ps,
         lambda a=float(alpha): build_heads(ocfg, a),
         completion,
-        record_every=int(ocfg.record_every),
+        # test curves only for the primary seed (start and end are always recorded)
+        record_every=int(ocfg.record_every) if primary else max(len(ps.data.y_stream), 1),
         window=int(ocfg.window),
         progress=False,
     )
@@ -213,7 +243,6 @@ def _one_pair(
     res = with_selected(res, chosen)
     res.summary.insert(4, "alpha", float(alpha))
     info = dict(getattr(completion, "info_", {}))
-    curves = labels_seen_curves(res.stream_predictions, window=int(ocfg.window), step=int(ocfg.record_every))
     s0 = res.summary.set_index("head").loc["static"]  # labels seen: the same events for every head
     meta = {
         "pair": ps.name,
@@ -234,23 +263,43 @@ def _one_pair(
         "alpha": float(alpha),
     }
     log.info(
-        "pair %s: λ=%g on validation, labels seen %.1f (mean) of %d, %s",
+        "pair %s seed %d: λ=%g on validation, labels seen %.1f (mean) of %d, %s",
         ps.name,
+        int(getattr(completion, "seed", -1)),
         forgetting_of(chosen),
         s0["labels_seen_mean"],
         len(ps.data.y_stream),
         res.summary.set_index("head")["test_spearman"].round(3).to_dict(),
     )
     sp, tp = res.stream_predictions, res.test_predictions
-    return {
+    out: dict[str, Any] = {
         "meta": meta,
         "sp": label_pair(sp[sp["head"].isin(compared)].copy(), ps),
         "test": label_pair(tp[tp["head"].isin(compared)].copy(), ps),
-        "curves": res.curves,
-        "stream": label_pair(curves, ps),
-        "summary": res.summary,
-        "preds": prediction_rows(ps, res, targets),
     }
+    if primary:
+        curves = labels_seen_curves(sp, window=int(ocfg.window), step=int(ocfg.record_every))
+        out.update(
+            {
+                "curves": res.curves,
+                "stream": label_pair(curves, ps),
+                "summary": res.summary,
+                "preds": prediction_rows(ps, res, targets),
+            }
+        )
+    return out
+
+
+def stream_seeds(spec: Any, seed: int = 0) -> list[int]:
+    """`online.stream_seeds`: a count n (the seeds seed, seed+1, …, seed+n-1) or an explicit list."""
+    if isinstance(spec, int | float) and not isinstance(spec, bool):
+        if int(spec) < 1:
+            raise ConfigError(f"online.stream_seeds={spec!r}: at least one seed")
+        return [int(seed) + k for k in range(int(spec))]
+    seeds = [int(v) for v in spec]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"online.stream_seeds={list(spec)!r}: a non-empty list of distinct seeds")
+    return seeds
 
 
 def _plots(
