@@ -84,6 +84,8 @@ def plot_latency_cdf(requests: pd.DataFrame, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from lengthpred.eval.plots import plain_log_axis  # matplotlib only when plotting
+
     loads = sorted(requests["load"].unique())
     fig, axes = plt.subplots(1, len(loads), figsize=(5 * len(loads), 4), squeeze=False)
     cmap = plt.get_cmap("tab10")
@@ -97,11 +99,13 @@ def plot_latency_cdf(requests: pd.DataFrame, path: str | Path) -> Path:
                 if len(x):
                     ax.plot(x, np.arange(1, len(x) + 1) / len(x), ls=ls, color=cmap(k % 10), label=f"{pol} ({tag})")
         ax.set_xscale("log")
+        plain_log_axis(ax.xaxis)
+        ax.tick_params(axis="x", labelrotation=45)
         ax.set_xlabel("per-token latency (s/token)")
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"load {load:g} of capacity")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="lower right")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
