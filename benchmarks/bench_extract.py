@@ -43,7 +43,7 @@ def prompts(n: int, tokens: int) -> list[dict]:
 
 def load(threads: int):
     torch.set_num_threads(threads)
-    from lengthpred.models import load_causal_lm
+    from lengthpred.models.serving import load_causal_lm
     from lengthpred.models.specs import embedded_serving_spec
 
     return load_causal_lm(embedded_serving_spec())

@@ -21,7 +21,8 @@ import time
 
 import torch
 
-from lengthpred.generate import BACKENDS, GenerationSettings
+from lengthpred.generate import GenerationSettings
+from lengthpred.generate.backends import BACKENDS
 from lengthpred.models.serving import load_causal_lm
 from lengthpred.models.specs import embedded_serving_spec
 from lengthpred.paths import DATA_DIR

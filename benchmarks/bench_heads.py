@@ -20,13 +20,14 @@ from omegaconf import OmegaConf
 
 from lengthpred.heads import HeadInput, LabeledSet, run_training
 from lengthpred.paths import REPO_ROOT
+from lengthpred.stages.heads import head_file
 
 FEATURE_HEADS = ["constant", "prompt_len", "domain_median", "linear", "egtp", "estp", "probe"]
 PROXY_HEADS = ["proxy_reg", "proxy_cls", "proxy_rank"]
 
 
 def head_cfg(name: str) -> dict:
-    cfg = OmegaConf.load(REPO_ROOT / "conf" / "head" / f"{name}.yaml")
+    cfg = OmegaConf.create(head_file(name))  # the head file over its constructor's defaults
     OmegaConf.update(cfg, "params.random_state", 0, force_add=False) if "random_state" in cfg.params else None
     if "progress" in cfg.params:
         cfg.params.progress = False

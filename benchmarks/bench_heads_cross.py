@@ -18,8 +18,8 @@ from omegaconf import OmegaConf
 
 from lengthpred.heads.assemble import indomain_ids
 from lengthpred.heads.cross import fit_cross, select_cross
-from lengthpred.heads.run import load_stage_inputs
 from lengthpred.heads.training import run_training
+from lengthpred.stages.train import load_stage_inputs
 
 
 def compose(head: str):

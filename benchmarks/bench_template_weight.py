@@ -55,7 +55,7 @@ def main() -> None:
 
     from lengthpred.features import FeatureSettings
     from lengthpred.features.diagnostics import pool_weight_stats, summarise, template_fraction
-    from lengthpred.models import load_causal_lm
+    from lengthpred.models.serving import load_causal_lm
     from lengthpred.models.specs import embedded_serving_spec
 
     model, tok = load_causal_lm(embedded_serving_spec())

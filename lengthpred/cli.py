@@ -1,4 +1,6 @@
-"""Glue for the thin Hydra entry points in `scripts/`: resolvers, one-line errors, shard parsing."""
+"""Glue for the thin Hydra entry points in `scripts/`: resolvers and the heads' constructor defaults
+(registered on import, before any config is composed), one-line errors (and `parse_shard`, from
+`lengthpred.stages.shards`)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lengthpred.errors import ConfigError, LengthpredError
+from lengthpred.errors import LengthpredError
 from lengthpred.paths import REPO_ROOT, default_datasets_root
+from lengthpred.stages.heads import register_head_params
+from lengthpred.stages.shards import parse_shard
 
 log = logging.getLogger("lengthpred")
+__all__ = ["parse_shard", "register_resolvers", "stage"]
 
 
 def register_resolvers() -> None:
@@ -25,6 +30,7 @@ def register_resolvers() -> None:
 
 
 register_resolvers()
+register_head_params()  # conf/head/*.yaml start from each head constructor's keywords and defaults
 
 
 def stage(fn: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
@@ -39,17 +45,3 @@ def stage(fn: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
             sys.exit(2)
 
     return wrapper
-
-
-def parse_shard(shard: str | None) -> tuple[int, int]:
-    """`"i/n"` → (i, n) with 0 ≤ i < n; None or "" → (0, 1)."""
-    if shard in (None, ""):
-        return 0, 1
-    try:
-        i_s, n_s = str(shard).split("/")
-        i, n = int(i_s), int(n_s)
-    except ValueError:
-        raise ConfigError(f"shard={shard!r} is not of the form i/n (e.g. shard=0/4)") from None
-    if n < 1 or not 0 <= i < n:
-        raise ConfigError(f"shard={shard!r}: need 0 <= i < n")
-    return i, n

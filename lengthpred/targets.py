@@ -1,5 +1,8 @@
-"""Per-prompt length targets: the serving model's own lengths, from merged generations or the committed
-reference trace `data/reference/<model>/<data.name>.jsonl`.
+"""Per-prompt length targets as a library: the one table of per-prompt statistics, the one normaliser of
+targets frames, and the committed reference trace's file format.
+
+Where a config's targets come from (merged generations, the reference trace, or the lengths a trace's
+prompt table records) is decided in one place, `lengthpred.stages.targets.load_targets`.
 
 Censoring rule (the same for every head): a capped sample (finish_reason "length") counts as the cap,
 a lower bound, and is counted (`n_capped`, `capped_frac`).
@@ -9,7 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +21,28 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.generate.reference_parts import settings_mismatch
-from lengthpred.paths import resolve
 
 log = logging.getLogger(__name__)
 
-STATISTICS = ("mean", "median", "first")
+# The one table of per-prompt statistics over a prompt's samples (in sample order): the generate stage's
+# `generate.targets.statistic` and a trace's `data.length_stat` both name one of these.
+STATISTICS: dict[str, Callable[[np.ndarray], float]] = {
+    "mean": lambda x: float(x.mean()),
+    "median": lambda x: float(np.median(x)),
+    "first": lambda x: float(x[0]),
+    "max": lambda x: float(x.max()),
+    "min": lambda x: float(x.min()),
+}
 REFERENCE_COLUMNS = ("id", "sample", "length", "finish_reason", "prompt_tokens")
+# columns a targets frame may hold its per-prompt target in, in order of preference
+TARGET_COLUMNS = ("y", "target", "y_true", "length", "mean")
 
 
-def reference_path(cfg) -> Path:
-    return resolve(cfg.paths.data_dir) / "reference" / cfg.model.name / f"{cfg.data.name}.jsonl"
+def check_statistic(statistic: str, what: str = "target statistic") -> str:
+    """`statistic` when it names a row of STATISTICS, else a ConfigError naming `what` and the valid ones."""
+    if statistic not in STATISTICS:
+        raise ConfigError(f"{what} {statistic!r}: use one of {list(STATISTICS)}")
+    return statistic
 
 
 def target_statistic(lengths: Iterable[float], statistic: str = "mean") -> float:
@@ -35,13 +50,7 @@ def target_statistic(lengths: Iterable[float], statistic: str = "mean") -> float
     x = np.asarray(list(lengths), dtype=float)
     if x.size == 0:
         raise DataError("a prompt with no samples has no target")
-    if statistic == "mean":
-        return float(x.mean())
-    if statistic == "median":
-        return float(np.median(x))
-    if statistic == "first":
-        return float(x[0])
-    raise ConfigError(f"target statistic {statistic!r}: use one of {list(STATISTICS)}")
+    return STATISTICS[check_statistic(statistic)](x)
 
 
 def per_prompt(rows: pd.DataFrame, statistic: str = "mean", cap: int | None = None) -> pd.DataFrame:
@@ -50,8 +59,7 @@ def per_prompt(rows: pd.DataFrame, statistic: str = "mean", cap: int | None = No
     missing = {"id", "sample", "length", "finish_reason"} - set(rows.columns)
     if missing:
         raise DataError(f"generation rows lack columns {sorted(missing)}")
-    if statistic not in STATISTICS:
-        raise ConfigError(f"target statistic {statistic!r}: use one of {list(STATISTICS)}")
+    check_statistic(statistic)
     df = rows.sort_values(["id", "sample"])
     if df.duplicated(["id", "sample"]).any():
         raise DataError("generation rows hold duplicate (id, sample) pairs")
@@ -70,6 +78,60 @@ def per_prompt(rows: pd.DataFrame, statistic: str = "mean", cap: int | None = No
     out["target"] = [target_statistic(v, statistic) for v in out["lengths"]]
     out.index.name = "id"
     return out
+
+
+def from_records(records: Iterable[Mapping[str, Any]], statistic: str = "mean") -> pd.DataFrame:
+    """Targets from a prompt table's own lengths (a trace, CASTILLO): its `length` column (the data stage's
+    `length_stat`) or `statistic` of `lengths`; prompts without lengths are dropped. Columns: lengths,
+    n_samples (at least 1), n_capped, capped_frac (0: a trace records no cap), target; in table order."""
+    check_statistic(statistic, "data.length_stat")
+    rows = []
+    for r in records:
+        lengths = [int(v) for v in (r.get("lengths") or [])]
+        y = r.get("length")
+        if y is None and lengths:
+            y = target_statistic(lengths, statistic)
+        if y is not None:
+            rows.append((str(r["id"]), lengths, max(len(lengths), 1), float(y)))
+    if not rows:
+        raise DataError("no prompt has recorded lengths and no generated targets exist: run scripts/generate.py")
+    ids, lengths, n, y = zip(*rows, strict=True)
+    out = pd.DataFrame({"lengths": list(lengths), "n_samples": list(n), "n_capped": 0, "capped_frac": 0.0,
+                        "target": list(y)}, index=pd.Index(list(ids), name="id"))
+    return out
+
+
+def target_frame(targets: Any) -> pd.DataFrame:
+    """The one normaliser of per-prompt targets: a frame indexed by (str) prompt id with `y` (tokens),
+    `n_samples` (1 when absent) and `capped_frac` (0 when absent), other columns (lengths, domain, …) kept.
+
+    Accepts a DataFrame (an `id` column or index; the target in the first of TARGET_COLUMNS it holds,
+    renamed `y`) or a mapping id → length.
+    """
+    if isinstance(targets, Mapping):
+        df = pd.DataFrame({"y": pd.Series({str(k): float(v) for k, v in targets.items()}, dtype=float)})
+    elif isinstance(targets, pd.DataFrame):
+        df = targets.set_index("id") if "id" in targets.columns else targets.copy()
+        col = next((c for c in TARGET_COLUMNS if c in df.columns), None)
+        if col is None:
+            raise DataError(f"targets have none of the columns {TARGET_COLUMNS}; got {list(df.columns)}")
+        df = df.rename(columns={col: "y"})
+        df["y"] = pd.to_numeric(df["y"], errors="coerce").astype(float)
+    else:
+        raise DataError(f"targets must be a DataFrame or a mapping id -> length, got {type(targets).__name__}")
+    df.index = df.index.astype(str)
+    if df.index.duplicated().any():
+        raise DataError("targets have duplicate ids (expected one row per prompt)")
+    if "n_samples" not in df.columns:
+        df["n_samples"] = 1
+    if "capped_frac" not in df.columns:
+        df["capped_frac"] = 0.0
+    return df
+
+
+def sample_lengths(targets: pd.DataFrame) -> dict[str, list[int]]:
+    """id → its sampled lengths (capped ones as the cap), from a targets frame's `lengths` column."""
+    return {str(i): [int(x) for x in v] for i, v in targets["lengths"].items()}
 
 
 def write_reference(rows: pd.DataFrame, path: Path, meta: Mapping[str, Any]) -> Path:
@@ -113,44 +175,16 @@ def reference_samples(path: Path) -> dict[str, list[int]]:
     return out
 
 
-def load_targets(cfg, statistic: str | None = None) -> pd.DataFrame:
-    """Per-prompt targets for a composed config, indexed by prompt id (see `per_prompt` for columns).
-
-    From the merged generations of `cfg.generate`'s settings when present, else (when
-    `generate.targets.use_reference`) from the committed reference trace. `attrs` holds `source`,
-    `statistic`, `cap` and the generation `settings`.
-    """
-    from lengthpred.generate import GenerationSettings, generations_dir, load_generations
-
-    tcfg = cfg.generate.get("targets") or {}
-    statistic = statistic or tcfg.get("statistic", "mean")
-    settings = GenerationSettings.from_cfg(cfg.generate)
-    root = generations_dir(cfg, settings)
-    if (root / "merged").is_dir():
-        rows = load_generations(root).select_columns(["id", "sample", "length", "finish_reason"]).to_pandas()
-        meta, source = settings.hashed(), str(root)
-    elif tcfg.get("use_reference", True):
-        path = reference_path(cfg)
-        rows, meta = read_reference(path)
-        meta = meta.get("settings", meta)
-        source = str(path)
-        why = settings_mismatch(meta, settings.hashed())
-        if why:
-            raise ConfigError(f"{path}: the reference trace's settings differ from the generate config: {why} "
-                              "(set generate.* to the trace's settings, or generate targets for yours)")
-    else:
-        raise DataError(f"no merged generations at {root} and generate.targets.use_reference is false")
-    cap = int(meta["max_new_tokens"])
-    out = per_prompt(rows, statistic, cap=cap)
-    out.attrs.update(source=source, statistic=statistic, cap=cap, settings=dict(meta))
-    return out
+def samples_from_prompts(records: Any) -> dict[str, list[float]]:
+    """Per-id sampled lengths from a prompt table's `lengths` column (a trace such as CASTILLO)."""
+    return {
+        str(r["id"]): [float(x) for x in r["lengths"]] for r in records if len(r.get("lengths") or []) >= 2
+    }
 
 
 def sample_agreement(targets: pd.DataFrame) -> float:
     """Mean pairwise Spearman correlation between sample j and sample k across prompts: the noise
     ceiling of any predictor of a single sample (NaN with fewer than 2 samples)."""
-    from itertools import combinations
-
     from scipy.stats import spearmanr
 
     n = int(targets["n_samples"].min())
@@ -160,30 +194,27 @@ def sample_agreement(targets: pd.DataFrame) -> float:
     return float(np.mean([spearmanr(mat[:, a], mat[:, b]).statistic for a, b in combinations(range(n), 2)]))
 
 
-def export_reference(cfg, *, allow_partial: bool = False) -> Path:
-    """Write the merged generations of `cfg.generate` as the committed reference trace (no texts).
+def complete_rows(rows: pd.DataFrame, num_samples: int) -> pd.DataFrame:
+    """The rows of the prompts whose `num_samples` samples are all present (a partial export)."""
+    counts = rows.groupby("id")["sample"].nunique()
+    return rows[rows["id"].isin(counts.index[counts == num_samples])]
 
-    `allow_partial`: before the merge exists, export the prompts whose samples are all written so far,
-    marked `partial: true` in the meta line (for a run cut short; its rerun completes it).
-    """
-    from lengthpred.generate import GenerationSettings, generations_dir, load_generations
-    from lengthpred.generate.store import read_json, read_parts
 
-    root = generations_dir(cfg)
-    manifest = read_json(root / "manifest.json", {})
-    partial = not (root / "merged").is_dir()
-    if partial and not allow_partial:
-        raise DataError(f"no merged generations at {root}; finish the run or pass allow_partial")
-    if partial:
-        rows = read_parts(root).to_pandas()[list(REFERENCE_COLUMNS)]
-        n = GenerationSettings.from_cfg(cfg.generate).num_samples
-        counts = rows.groupby("id")["sample"].nunique()
-        rows = rows[rows["id"].isin(counts.index[counts == n])]
-        manifest.update(n_prompts=int(rows["id"].nunique()), n_rows=len(rows),
-                        n_capped=int((rows["finish_reason"] == "length").sum()))
-    else:
-        rows = load_generations(root).select_columns(list(REFERENCE_COLUMNS)).to_pandas()
-    meta = {k: manifest.get(k) for k in ("settings", "settings_hash", "model", "data", "dtype", "max_context",
-                                          "n_prompts", "n_rows", "n_capped", "n_truncated", "rejected")}
+def reference_meta(manifest: Mapping[str, Any], rows: pd.DataFrame | None = None, *,
+                   partial: bool = False) -> dict[str, Any]:
+    """The meta line of a reference trace from a generation run's manifest (counts from `rows` when partial)."""
+    m = dict(manifest)
+    if rows is not None:
+        m.update(n_prompts=int(rows["id"].nunique()), n_rows=len(rows),
+                 n_capped=int((rows["finish_reason"] == "length").sum()))
+    meta = {k: m.get(k) for k in ("settings", "settings_hash", "model", "data", "dtype", "max_context",
+                                   "n_prompts", "n_rows", "n_capped", "n_truncated", "rejected")}
     meta["partial"] = partial
-    return write_reference(rows, reference_path(cfg), meta)
+    return meta
+
+
+__all__ = [
+    "REFERENCE_COLUMNS", "STATISTICS", "TARGET_COLUMNS", "check_statistic", "complete_rows", "from_records",
+    "per_prompt", "read_reference", "reference_meta", "reference_samples", "sample_agreement",
+    "sample_lengths", "samples_from_prompts", "target_frame", "target_statistic", "write_reference",
+]

@@ -44,7 +44,7 @@ class Tracker:
 def tracked(cfg: DictConfig, stage: str) -> Iterator[Tracker]:
     """A W&B run for one stage, grouped by experiment; always finished, so a crash never breaks a multirun."""
     lcfg = cfg.get("logger") or {}
-    mode = lcfg.get("mode", "disabled")
+    mode = lcfg.get("mode", "disabled")  # no logger group (a config built by hand): no tracking
     if mode == "disabled":
         yield Tracker(None)
         return

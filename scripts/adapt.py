@@ -21,7 +21,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.online.experiment import run_adaptation
+from lengthpred.stages.adapt import run_adaptation
 from lengthpred.tracking import tracked
 
 log = logging.getLogger("lengthpred.adapt")

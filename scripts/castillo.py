@@ -15,14 +15,13 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
+from lengthpred.stages.castillo import run_castillo
 from lengthpred.tracking import tracked
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    from lengthpred.crossmodel import run_castillo
-
     with tracked(cfg, "castillo") as tracker:
         s = run_castillo(cfg, cfg.paths.output_dir)
         tracker.summary({f"seconds/{k}": v for k, v in s["seconds"].items()})

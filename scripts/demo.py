@@ -25,12 +25,13 @@ from lengthpred.eval.inputs import read_sched
 from lengthpred.paths import REPO_ROOT, default_datasets_root
 from lengthpred.pipeline import run_stage, source_hash
 from lengthpred.sched.summary import short_t5
+from lengthpred.stages.locations import experiment_dir
 
 
 def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
     """(name, script + stage-specific overrides) in run order; the experiment's overrides are added to each."""
     p = cfg.pipeline
-    train_sweep = ["hydra/launcher=basic", "hydra.sweep.subdir=${head.name}"]
+    train_sweep = ["hydra/launcher=basic", "hydra.sweep.subdir=${hydra.runtime.choices.head}"]
     # without ../shared/datasets (a machine elsewhere), the datasets are downloaded from their pinned sources
     fetch = [] if default_datasets_root().is_dir() else [("datasets", ["fetch_datasets.py"])]
     return [
@@ -72,7 +73,7 @@ def t5_summary(sched_dir: Path) -> str:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    exp_dir = REPO_ROOT / "outputs" / cfg.experiment_name
+    exp_dir = experiment_dir(cfg)
     user = [o for o in HydraConfig.get().overrides.task if not o.startswith("pipeline.")]
     key = source_hash(REPO_ROOT, user)
     skip = set(cfg.pipeline.skip or [])
@@ -91,7 +92,8 @@ def main(cfg: DictConfig) -> None:
 
         run_stage(name, out, key, run, force=bool(cfg.pipeline.force))
     print_summary(Path(cfg.eval.tables_dir), cfg.pipeline.print_tables, exp_dir / "simulate")
-    print(f"\nAll stages done. Tables and plots: {exp_dir / 'tables'}; runs: {exp_dir}; W&B offline: outputs/wandb")
+    print(f"\nAll stages done. Tables and plots: {exp_dir / 'tables'}; runs: {exp_dir}; W&B offline: "
+          f"{cfg.paths.outputs_dir}/wandb")
 
 
 if __name__ == "__main__":

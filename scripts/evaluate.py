@@ -13,32 +13,18 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.cli import stage
-from lengthpred.errors import LengthpredError
-from lengthpred.eval.report import evaluate_run, headline, samples_from_prompts
+from lengthpred.eval.report import evaluate_run, headline
 from lengthpred.eval.results import write_results
 from lengthpred.paths import resolve
+from lengthpred.stages.targets import prompt_samples
 from lengthpred.tracking import tracked
-
-
-def prompt_samples(cfg: DictConfig) -> dict[str, list[float]] | None:
-    """Sampled lengths recorded in the prompt table, only when the targets come from it (a trace like
-    CASTILLO): other data configs' recorded lengths are another model's, not the serving model's."""
-    from lengthpred.data import load_prompts
-
-    if cfg.data.get("kind") != "trace" and cfg.get("targets_from") != "prompts":
-        return None
-
-    try:
-        return samples_from_prompts(load_prompts(cfg.data)) or None
-    except LengthpredError:
-        return None
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
     e = cfg.eval
-    reference = resolve(e.reference) if e.get("reference") else None
+    reference = resolve(e.reference) if e.reference else None
     samples = None
     if (reference is None or not reference.is_file()) and e.ceiling_from_prompts:
         samples = prompt_samples(cfg)
@@ -55,7 +41,7 @@ def main(cfg: DictConfig) -> None:
             paired_metrics=list(e.paired.metrics),
             reference=reference,
             samples=samples,
-            splits_json=resolve(e.splits_json) if e.get("splits_json") else None,
+            splits_json=resolve(e.splits_json) if e.splits_json else None,
             shift_key=str(e.shift_key),
             pool_indomain=bool(e.pool_indomain),
         )

@@ -18,8 +18,12 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, open_dict
 
-from lengthpred.cli import parse_shard, stage
-from lengthpred.features import extract_features, feature_dir, load_features, settings_from_cfg
+from lengthpred.cli import stage
+from lengthpred.data import load_prompts
+from lengthpred.features import load_features
+from lengthpred.models.serving import load_causal_lm
+from lengthpred.stages.features import extract, feature_settings
+from lengthpred.stages.shards import parse_shard
 
 log = logging.getLogger("lengthpred")
 
@@ -27,28 +31,25 @@ log = logging.getLogger("lengthpred")
 def launcher_shard(cfg: DictConfig) -> str:
     """Under torchrun / accelerate launch (WORLD_SIZE > 1) each process takes shard RANK/WORLD_SIZE."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and parse_shard(cfg.get("shard")) == (0, 1):
+    if world > 1 and parse_shard(cfg.shard) == (0, 1):
         return f"{int(os.environ['RANK'])}/{world}"
-    return cfg.get("shard") or "0/1"
+    return cfg.shard or "0/1"
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    from lengthpred.data import load_prompts
-    from lengthpred.models import load_causal_lm
-
-    settings_from_cfg(cfg)  # a bad features config fails before the model or data load
+    feature_settings(cfg)  # a bad features config fails before the model or data load
     with open_dict(cfg):
         cfg.shard = launcher_shard(cfg)
-    device = cfg.get("device", "cpu")
+    device = cfg.device
     if device == "cuda" and "LOCAL_RANK" in os.environ:
         device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
     prompts = load_prompts(cfg.data)
     model, tokenizer = load_causal_lm(instantiate(cfg.model))
     model.to(device)
     with torch.inference_mode():
-        root = extract_features(cfg, model, tokenizer, prompts, out_dir=feature_dir(cfg, prompts))
+        root = extract(cfg, model, tokenizer, prompts)
     i, n = parse_shard(cfg.shard)
     if n == 1:
         fs = load_features(root)  # checks: no duplicates, no gaps

@@ -16,8 +16,8 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.generate import generate_from_cfg
-from lengthpred.targets import export_reference
+from lengthpred.stages.generate import generate_from_cfg
+from lengthpred.stages.targets import export_reference
 
 log = logging.getLogger("lengthpred")
 
@@ -36,7 +36,7 @@ def main(cfg: DictConfig) -> None:
             print(f"generate: {what} per domain: " + ", ".join(f"{d} {n}" for d, n in sorted(counts.items())))
     if s.reference is not None:
         print(f"generate: reference trace merged from its parts into {s.reference}")
-    elif cfg.generate.get("export_reference") and s.merged and not cfg.generate.get("commit_parts"):
+    elif cfg.generate.export_reference and s.merged and not cfg.generate.commit_parts:
         print(f"generate: reference trace written to {export_reference(cfg)}")
 
 

@@ -14,8 +14,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.cli import stage
-from lengthpred.eval.report import make_tables, newest
+from lengthpred.eval.report import make_tables
 from lengthpred.paths import resolve
+from lengthpred.stages.runs import newest
 from lengthpred.tracking import tracked
 
 

@@ -15,7 +15,8 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.costs import costs_from_config, write_costs
+from lengthpred.costs import write_costs
+from lengthpred.stages.costs import costs_from_config
 from lengthpred.tracking import tracked
 
 COLUMNS = ["head", "n_parameters", "extraction_overhead_pct", "predict_latency_ms", "update_latency_ms"]

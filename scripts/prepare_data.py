@@ -12,7 +12,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.data import prepare
+from lengthpred.stages.data import prepare
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

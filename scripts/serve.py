@@ -26,6 +26,12 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.cli import stage
+from lengthpred.models import load_tokenizer
+from lengthpred.sched.summary import gains, summarize_runs
+from lengthpred.serve import report
+from lengthpred.serve.experiment import fidelity_summary, run_grid
+from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict
+from lengthpred.stages import serve as setup
 from lengthpred.tracking import Tracker, tracked
 
 log = logging.getLogger("lengthpred")
@@ -39,12 +45,6 @@ def main(cfg: DictConfig) -> None:
 
 
 def _run(cfg: DictConfig, tracker: Tracker) -> None:
-    from lengthpred.models.serving import load_tokenizer
-    from lengthpred.sched.summary import gains, summarize_runs
-    from lengthpred.serve import report, setup
-    from lengthpred.serve.experiment import fidelity_summary, run_grid
-    from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict
-
     sc = cfg.serve
     out = Path(sc.out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ from lengthpred.errors import ConfigError
 from lengthpred.sched import experiment as ex
 from lengthpred.sched import sources
 from lengthpred.sched.hardware import get_profile
-from lengthpred.sched.head_pool import has_predictions, request_targets
+from lengthpred.stages.simulate import has_predictions, request_targets
 from lengthpred.tracking import Tracker, tracked
 
 log = logging.getLogger("lengthpred")
@@ -116,12 +116,12 @@ def _run(cfg: DictConfig, tracker: Tracker) -> None:
         warmup=sc.warmup,
         sim=OmegaConf.to_container(sc.sim),
         mean_oracle=sc.mean_oracle,
-        random_predictor=sc.get("random_predictor", True),
+        random_predictor=sc.random_predictor,
     )
     runs.insert(0, "experiment", cfg.experiment_name)
     summary = ex.summarize_runs(runs.drop(columns="experiment"))
     summary.insert(0, "experiment", cfg.experiment_name)
-    gains = ex.gains(runs, min_oracle_gain=float(sc.get("min_oracle_gain", 2.0)))
+    gains = ex.gains(runs, min_oracle_gain=float(sc.min_oracle_gain))
     runs.to_csv(out / "sched_runs.csv", index=False)
     summary.to_csv(out / "sched_results.csv", index=False)
     gains.to_csv(out / "sched_gains.csv", index=False)

@@ -30,12 +30,12 @@ from lengthpred.sched.batching import run_batching, summarize_batching
 from lengthpred.sched.batching_report import batching_table
 from lengthpred.sched.hardware import get_profile
 from lengthpred.sched.head_mapping import PROMPT_MEAN, map_heads
-from lengthpred.sched.head_pool import has_predictions, load_head_pool
 from lengthpred.sched.noisy_oracle import noisy_oracle, spearman
 from lengthpred.sched.pool import LengthSource
 from lengthpred.sched.trace_experiment import noisy_label
 from lengthpred.sched.trace_plots import plot_padding
 from lengthpred.sched.trace_windows import trace_windows
+from lengthpred.stages.simulate import has_predictions, load_head_pool
 from lengthpred.tracking import tracked
 
 log = logging.getLogger("lengthpred")

@@ -28,10 +28,10 @@ from lengthpred.sched import experiment as ex
 from lengthpred.sched import trace_experiment as te
 from lengthpred.sched import trace_report as tr
 from lengthpred.sched.hardware import get_profile
-from lengthpred.sched.head_pool import has_predictions, load_head_pool
 from lengthpred.sched.pool import LengthSource
 from lengthpred.sched.trace_plots import plot_quality_curves
 from lengthpred.sched.trace_windows import TraceWindow, trace_windows, window_stats
+from lengthpred.stages.simulate import has_predictions, load_head_pool
 from lengthpred.tracking import tracked
 
 log = logging.getLogger("lengthpred")
@@ -82,7 +82,7 @@ def main(cfg: DictConfig) -> None:
                                          sim=OmegaConf.to_container(cfg.sched.sim))
         runs.insert(0, "experiment", cfg.experiment_name)
         summary = ex.summarize_runs(runs.drop(columns="experiment"))
-        gain = te.trace_gains(runs, min_oracle_gain=float(cfg.sched.get("min_oracle_gain", 2.0)))
+        gain = te.trace_gains(runs, min_oracle_gain=float(cfg.sched.min_oracle_gain))
         curve = te.quality_curve(gain, preds)
         needed = te.spearman_needed(curve)
         for name, df in (("trace_runs", runs), ("trace_results", summary), ("trace_gains", gain),

@@ -13,7 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.heads.sweep import render, sweep_features
+from lengthpred.stages.sweep import render, sweep_features
 from lengthpred.tracking import tracked
 
 

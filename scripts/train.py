@@ -17,7 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.heads.run import train_from_config
+from lengthpred.stages.train import train_from_config
 from lengthpred.tracking import tracked
 
 

@@ -29,7 +29,7 @@ def castillo_cfg(tmp_path, *extra: str):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, tiny_model, tokenizer):
-    from lengthpred.crossmodel import run_castillo
+    from lengthpred.stages.castillo import run_castillo
 
     tmp = tmp_path_factory.mktemp("castillo")
     cfg = castillo_cfg(tmp)
@@ -84,7 +84,7 @@ def test_results_tables_and_transfer_matrix(run):
 
 
 def test_model_missing_from_test_is_reported_not_dropped(tmp_path, tiny_model, tokenizer):
-    from lengthpred.crossmodel import run_castillo
+    from lengthpred.stages.castillo import run_castillo
 
     # gemma has lengths for only two Alpaca prompts (they land in one split at most): no test prompts
     cfg = castillo_cfg(tmp_path, "crossmodel.heads=[constant]", "crossmodel.transfer_heads=[]",
@@ -107,7 +107,7 @@ def test_model_missing_from_test_is_reported_not_dropped(tmp_path, tiny_model, t
 
 
 def test_refusals_before_any_work(tmp_path, tiny_model, tokenizer):
-    from lengthpred.crossmodel import run_castillo
+    from lengthpred.stages.castillo import run_castillo
 
     cfg = castillo_cfg(tmp_path, "crossmodel.proxy_targets=[acme--Nope]", "crossmodel.proxy_heads=[proxy_reg]")
     with pytest.raises(ConfigError, match="crossmodel.proxy_targets: unknown"):
@@ -122,9 +122,8 @@ def test_refusals_before_any_work(tmp_path, tiny_model, tokenizer):
 
 
 def test_experiment_config_for_the_embedded_model():
-    from lengthpred.crossmodel.experiment import _feature_columns
-    from lengthpred.crossmodel.fits import head_specs
     from lengthpred.data.castillo import MODELS as ALL13
+    from lengthpred.stages.castillo import _feature_columns, head_specs
 
     cfg = compose_cfg(["experiment=castillo"])
     specs = {s.name: s for s in head_specs(cfg, list(ALL13))}

@@ -9,11 +9,12 @@ import pyarrow.parquet as pq
 import pytest
 from omegaconf import open_dict
 
-from lengthpred.data import load_prompts, load_splits, prepare
+from lengthpred.data import load_prompts, load_splits
 from lengthpred.data.build import build_from_sources
 from lengthpred.data.trace import build_from_trace
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.paths import default_datasets_root
+from lengthpred.stages.data import prepare
 from tests.conftest import compose_cfg
 
 

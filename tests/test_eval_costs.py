@@ -16,15 +16,15 @@ from lengthpred.costs import (
     CostSettings,
     capture_kind,
     capture_settings,
-    costs_from_config,
     extraction_times,
-    find_head_runs,
     overhead_pct,
     write_costs,
 )
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.features import FeatureSettings
 from lengthpred.paths import REPO_ROOT
+from lengthpred.stages.costs import costs_from_config
+from lengthpred.stages.runs import find_head_runs
 from tests.conftest import compose_cfg
 from tests.test_heads_proxy import tiny_encoder  # noqa: F401  (the tiny BERT proxy encoder fixture)
 
@@ -47,8 +47,8 @@ QUICK = [
 @pytest.fixture(scope="module")
 def tiny_experiment(tmp_path_factory, one_torch_thread, tiny_encoder):  # noqa: F811
     """(overrides, experiment dir): the train stage's layout `train/<head>/{head,metrics.json,.hydra}`."""
-    from lengthpred.data import prepare
-    from lengthpred.heads.run import train_from_config
+    from lengthpred.stages.data import prepare
+    from lengthpred.stages.train import train_from_config
 
     tmp = tmp_path_factory.mktemp("costs")
     rng = np.random.default_rng(0)
@@ -149,7 +149,8 @@ def test_update_latency_comes_from_the_online_summary_when_present(tiny_experime
 
 def test_script_writes_costs_json_and_t6_gets_the_columns(tiny_experiment, tmp_path):
     from lengthpred.eval import write_results
-    from lengthpred.eval.report import evaluate_run, make_tables, newest
+    from lengthpred.eval.report import evaluate_run, make_tables
+    from lengthpred.stages.runs import newest
     from tests.eval_fixtures import write_experiment
 
     base, exp = tiny_experiment

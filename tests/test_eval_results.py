@@ -145,7 +145,8 @@ def test_bad_predictions_file_is_named(tmp_path):
 
 
 def test_ceiling_from_prompt_table_lengths(experiment):
-    from lengthpred.eval.report import read_reference_samples, samples_from_prompts
+    from lengthpred.eval.report import read_reference_samples
+    from lengthpred.targets import samples_from_prompts
 
     ref = read_reference_samples(experiment / "reference.jsonl")
     records = [{"id": i, "lengths": v} for i, v in ref.items()] + [{"id": "single", "lengths": [3]}]

@@ -184,7 +184,7 @@ def test_no_attention_needed_skips_attention_capture(tiny_model, tokenizer, tmp_
 
 @pytest.mark.integration
 def test_real_model_last_and_first_layers_match_output_hidden_states(tmp_path):
-    from lengthpred.models import load_causal_lm
+    from lengthpred.models.serving import load_causal_lm
     from lengthpred.models.specs import embedded_serving_spec
 
     model, tok = load_causal_lm(embedded_serving_spec())

@@ -10,8 +10,9 @@ import torch
 
 import lengthpred.features.extract as fx
 from lengthpred.errors import ConfigError, DataError, LengthpredError
-from lengthpred.features import FeatureSettings, ensure_features, extract_features, feature_dir, load_features
+from lengthpred.features import FeatureSettings, extract_features, load_features
 from lengthpred.features.settings import cache_key, prompts_hash
+from lengthpred.stages.features import ensure_features, feature_dir
 from tests.conftest import compose_cfg
 from tests.test_features import sdpa_model  # noqa: F401  (tiny model with peaky logits: z(H) well-posed)
 

@@ -10,16 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from lengthpred.errors import ConfigError, ModelError
-from lengthpred.generate import (
-    BACKENDS,
-    GenerationSettings,
-    Sample,
-    load_generations,
-    run_generation,
-    split_answer,
-    store,
-)
+from lengthpred.generate import GenerationSettings, load_generations, store
+from lengthpred.generate.backends import BACKENDS, Sample, split_answer
 from lengthpred.generate.checks import retokenised_agreement
+from lengthpred.generate.runner import run_generation
 
 CAP = 12
 

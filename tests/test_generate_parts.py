@@ -9,7 +9,9 @@ import datasets
 import pytest
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.generate import GenerationSettings, Sample, load_generations, reference_parts, run_generation
+from lengthpred.generate import GenerationSettings, load_generations, reference_parts
+from lengthpred.generate.backends import Sample
+from lengthpred.generate.runner import run_generation
 from lengthpred.targets import read_reference
 
 CAP = 12

@@ -112,7 +112,7 @@ def test_cross_domain_config_values():
 @pytest.fixture(scope="module")
 def domain_trace(tmp_path_factory):
     """A 60-prompt trace in 3 domains (one with a single length, so its pairs must be skipped)."""
-    from lengthpred.data import prepare
+    from lengthpred.stages.data import prepare
 
     tmp = tmp_path_factory.mktemp("cross")
     rng = np.random.default_rng(0)
@@ -147,7 +147,7 @@ def domain_trace(tmp_path_factory):
 
 def test_train_stage_writes_every_pair_and_switches_off(domain_trace):
     from lengthpred.data import load_prompts, load_splits
-    from lengthpred.heads.run import train_from_config
+    from lengthpred.stages.train import train_from_config
 
     cfg = domain_trace("constant")
     out = cfg.paths.output_dir
@@ -181,7 +181,7 @@ def test_train_stage_writes_every_pair_and_switches_off(domain_trace):
 
 def test_train_stage_cross_pairs_on_features(domain_trace, one_torch_thread):
     """A features head (tiny model, last pooling) on the single-source pairs only."""
-    from lengthpred.heads.run import train_from_config
+    from lengthpred.stages.train import train_from_config
 
     cfg = domain_trace("linear", "head.layer=2", "++cross_domain=single")
     m = train_from_config(cfg, cfg.paths.output_dir)

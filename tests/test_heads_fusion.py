@@ -136,7 +136,7 @@ def test_save_load_partial_fit_and_bad_inputs(tmp_path):
 
 
 def test_train_stage_on_token_level_features(trace_run):  # noqa: F811
-    from lengthpred.heads.run import train_from_config
+    from lengthpred.stages.train import train_from_config
 
     tokens = ["features.pools=[last,entropy,attn]", "features.fused=[mix0.5]", "features.token_layers=[2]",
               "head.layer=2", "head.params.epochs=2"]

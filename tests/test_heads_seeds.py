@@ -98,7 +98,7 @@ def test_results_and_t1_show_mean_and_sd_over_seeds():
 
 def test_train_stage_fits_seeds_in_domain_only(trace_run):  # noqa: F811
     from lengthpred.eval.predictions import read_predictions
-    from lengthpred.heads.run import train_from_config
+    from lengthpred.stages.train import train_from_config
 
     cfg = trace_run("probe", "head.layer=2", "head.params.epochs=3", "head.params.hidden=8")
     assert cfg.head.n_seeds == 3  # conf/head/probe.yaml

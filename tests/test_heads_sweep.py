@@ -13,7 +13,7 @@ TOKENS = ["features.pools=[last,entropy,attn]", "features.fused=[mix0.5]", "feat
 
 
 def test_sweep_fits_every_cell_and_writes_csv_and_markdown(trace_run):  # noqa: F811
-    from lengthpred.heads.sweep import sweep_features
+    from lengthpred.stages.sweep import sweep_features
 
     cfg = trace_run("estp", *TOKENS, "sweep.heads=[estp,estp_learned,linear]", "sweep.layers=[1,2]",
                     "sweep.poolings=[attn,fused_mix0.5]", "sweep.n_boot=50")
@@ -36,7 +36,7 @@ def test_sweep_fits_every_cell_and_writes_csv_and_markdown(trace_run):  # noqa: 
 
 
 def test_sweep_refuses_heads_without_features_and_unextracted_pools(trace_run):  # noqa: F811
-    from lengthpred.heads.sweep import sweep_features
+    from lengthpred.stages.sweep import sweep_features
 
     cfg = trace_run("estp", *TOKENS, "sweep.heads=[proxy_reg]", "sweep.layers=[2]")
     with pytest.raises(ConfigError, match="proxy_reg"):

@@ -11,9 +11,10 @@ from omegaconf import OmegaConf
 
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.heads import HeadInput, LabeledSet, run_training
-from lengthpred.heads.assemble import indomain_ids, labeled_set, target_table
+from lengthpred.heads.assemble import indomain_ids, labeled_set
 from lengthpred.heads.training import PREDICTION_COLUMNS
 from lengthpred.paths import REPO_ROOT
+from lengthpred.targets import target_frame as target_table
 from tests.conftest import compose_cfg
 
 LINEAR = {
@@ -127,7 +128,7 @@ def test_assembly_from_artefacts_and_missing_feature():
 @pytest.fixture(scope="module")
 def trace_run(tmp_path_factory):
     """A 16-prompt trace prepared by the data stage; features from the tiny model (last pooling only)."""
-    from lengthpred.data import prepare
+    from lengthpred.stages.data import prepare
 
     tmp = tmp_path_factory.mktemp("trace")
     rng = np.random.default_rng(0)
@@ -163,7 +164,7 @@ def trace_run(tmp_path_factory):
 @pytest.mark.parametrize("head, extra", [("linear", ["head.layer=2"]), ("domain_median", [])])
 def test_train_stage_writes_metrics_head_and_predictions(trace_run, head, extra):
     from lengthpred.heads import load_head
-    from lengthpred.heads.run import train_from_config
+    from lengthpred.stages.train import train_from_config
 
     cfg = trace_run(head, *extra)
     m = train_from_config(cfg, cfg.paths.output_dir)
@@ -191,7 +192,7 @@ def test_train_stage_writes_metrics_head_and_predictions(trace_run, head, extra)
 
 
 def test_train_stage_rejects_a_feature_that_was_not_extracted(trace_run):
-    from lengthpred.heads.run import train_from_config
+    from lengthpred.stages.train import train_from_config
 
     cfg = trace_run("egtp", "head.layer=2")  # egtp reads hs.L2.entropy; only `last` was extracted
     with pytest.raises(DataError, match="not extracted"):
@@ -204,11 +205,12 @@ def test_every_head_config_builds_with_every_candidate(name, tmp_path):
     `n_seeds` is only set on heads with a random_state (heads that are deterministic have no seeds)."""
     from lengthpred.heads import build_head, head_params
     from lengthpred.heads.training import _candidates
+    from lengthpred.stages.heads import head_name
 
     cfg = compose_cfg([f"head={name}"], tmp_path)
     hcfg = OmegaConf.to_container(cfg.head, resolve=True)
     for cand in _candidates(hcfg.get("select")):
-        head = build_head(hcfg["name"], **(head_params(hcfg) | cand))
+        head = build_head(head_name(hcfg), **(head_params(hcfg) | cand))
     if int(hcfg.get("n_seeds") or 1) > 1:
         assert "random_state" in head.get_params()
     if name == "probe":  # the README's probe row is layer 20's last token, the linear readout's feature

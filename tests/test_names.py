@@ -73,7 +73,7 @@ def test_bad_split_names_are_rejected_in_one_line(name):
 # -- every name the code produces parses -------------------------------------------------------------
 def test_the_feature_names_the_stages_write_parse():
     from lengthpred.features.extract import iter_columns
-    from lengthpred.heads.run import feature_name
+    from lengthpred.stages.heads import feature_name
 
     s = FeatureSettings()
     names = [str(FeatureKey(layer, p)) for layer in (0, 2, 20) for p in s.pool_names]
@@ -89,8 +89,9 @@ def test_the_split_names_the_stages_write_parse():
     from lengthpred.heads.assemble import MIN_SUBSET, forelen_ids, per_domain_split_names
     from lengthpred.heads.base import HeadInput, LabeledSet
     from lengthpred.heads.cross import split_name
-    from lengthpred.online.pairs import as_target_frame, pair_stream
+    from lengthpred.online.pairs import pair_stream
     from lengthpred.sched.sources import POOLED_TEST
+    from lengthpred.targets import target_frame as as_target_frame
 
     ids = [f"p{i}" for i in range(MIN_SUBSET + 6)]
     data = LabeledSet(HeadInput(ids=ids[:2], domains=["chat", "math"]), np.ones(2))

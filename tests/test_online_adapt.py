@@ -10,8 +10,7 @@ import pytest
 
 from lengthpred.errors import ConfigError
 from lengthpred.eval.predictions import read_predictions
-from lengthpred.online.config import build_heads
-from lengthpred.online.experiment import run_adaptation
+from lengthpred.stages.adapt import build_heads, run_adaptation
 from tests.conftest import compose_cfg
 
 
@@ -270,7 +269,7 @@ def test_per_target_summary_bootstraps_prompts_of_the_shared_target():
 
 
 def test_every_online_option_builds_its_completion_model(tmp_path):
-    from lengthpred.online.config import build_completion
+    from lengthpred.stages.adapt import build_completion
 
     for option in ("serving", "instant", "simulated"):
         comp = build_completion(compose_cfg([f"online/completion={option}"], tmp_path).online)

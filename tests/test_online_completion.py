@@ -73,7 +73,7 @@ def test_exactly_one_of_load_and_arrival_rate(cls):
 
 
 def test_default_stream_completion_runs_the_calibrated_profile_below_capacity(tmp_path):
-    from lengthpred.online.config import build_completion
+    from lengthpred.stages.adapt import build_completion
 
     comp = build_completion(compose_cfg([], tmp_path).online)
     assert isinstance(comp, SchedulerCompletion) and comp.hardware == "cpu-smollm2-135m"

@@ -21,7 +21,7 @@ def demo_splits_dir(tmp_path):
 
     if not default_datasets_root().is_dir():
         pytest.skip("needs the datasets (../shared/datasets or scripts/fetch_datasets.py)")
-    from lengthpred.data import prepare
+    from lengthpred.stages.data import prepare
 
     out = tmp_path / "splits"
     prepare(compose_cfg([f"data.out_dir={out}"], tmp_path))
@@ -29,10 +29,9 @@ def demo_splits_dir(tmp_path):
 
 
 def test_adapt_loads_prompts_splits_features_and_targets(tmp_path, monkeypatch, demo_splits_dir):
-    import lengthpred.features
-    import lengthpred.targets
+    import lengthpred.stages.adapt
     from lengthpred.data import load_prompts
-    from lengthpred.online.experiment import run_adaptation
+    from lengthpred.stages.adapt import run_adaptation
 
     overrides = [
         f"data.out_dir={demo_splits_dir}",
@@ -53,7 +52,7 @@ def test_adapt_loads_prompts_splits_features_and_targets(tmp_path, monkeypatch, 
         },
         index=pd.Index(prompts["id"], name="id"),
     )
-    monkeypatch.setattr(lengthpred.targets, "load_targets", lambda cfg: fake)
+    monkeypatch.setattr(lengthpred.stages.adapt, "load_targets", lambda cfg: fake)
     calls = []
 
     class _FS:
@@ -64,7 +63,7 @@ def test_adapt_loads_prompts_splits_features_and_targets(tmp_path, monkeypatch, 
             return rng.normal(size=(len(self.ids), 16)).astype(np.float32)
 
     monkeypatch.setattr(
-        lengthpred.features, "ensure_features", lambda cfg, p: _FS() if len(p) == len(prompts) else None
+        lengthpred.stages.adapt, "ensure_features", lambda cfg, p: _FS() if len(p) == len(prompts) else None
     )
     res = run_adaptation(cfg, tmp_path / "run")
     assert res["n_pairs"] == 2 and calls == ["hs.L20.last"]

@@ -13,7 +13,7 @@ from omegaconf import open_dict
 
 from lengthpred.errors import ConfigError, ModelError
 from lengthpred.paths import REPO_ROOT
-from lengthpred.serve import setup
+from lengthpred.stages import serve as setup
 
 from .conftest import compose_cfg
 

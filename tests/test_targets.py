@@ -10,11 +10,11 @@ import pytest
 from omegaconf import open_dict
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.stages.locations import reference_path
+from lengthpred.stages.targets import load_targets
 from lengthpred.targets import (
-    load_targets,
     per_prompt,
     read_reference,
-    reference_path,
     sample_agreement,
     target_statistic,
     write_reference,
@@ -76,7 +76,7 @@ def _cfg(tmp_path, *overrides):
 def test_load_targets_prefers_merged_generations_and_falls_back_to_the_reference(tmp_path, tiny_model, tokenizer):
     import datasets
 
-    from lengthpred.generate import generate_from_cfg
+    from lengthpred.stages.generate import generate_from_cfg
 
     cfg = _cfg(tmp_path, "generate.backend=static", "generate.num_samples=2", "generate.max_new_tokens=8")
     ref_rows = ROWS.assign(length=[3, 4, 8, 5, 6, 7], finish_reason=["eos", "eos", "length", "eos", "eos", "eos"])
@@ -103,8 +103,8 @@ def test_load_targets_prefers_merged_generations_and_falls_back_to_the_reference
 def test_partial_export_keeps_only_complete_prompts(tmp_path, tiny_model, tokenizer):
     import datasets
 
-    from lengthpred.generate import generate_from_cfg
-    from lengthpred.targets import export_reference
+    from lengthpred.stages.generate import generate_from_cfg
+    from lengthpred.stages.targets import export_reference
 
     cfg = _cfg(tmp_path, "generate.backend=static", "generate.max_new_tokens=6", "generate.batch_size=1",
                "shard=0/2")

@@ -1,13 +1,14 @@
 """T6 costs of each trained head: parameters, predict latency, update latency and extraction overhead.
 
-`measure_costs(runs, sample, ...)` measures; `costs_from_config(cfg)` finds an experiment's saved heads
-(`<experiment>/train/<head>/head`, `<experiment>/train_proxy/<head>/head`), loads their real inputs and the
-serving model, and calls it; `write_costs(doc, path)` writes `costs.json` as `{"meta": ..., "rows": [...]}`
-(rows: `head, n_parameters, extraction_overhead_pct, predict_latency_ms[, update_latency_ms]`, read by
-lengthpred/eval/inputs.py `read_costs`).
+`measure_costs(runs, sample, ...)` measures; `write_costs(doc, path)` writes `costs.json` as
+`{"meta": ..., "rows": [...]}` (rows: `head, n_parameters, extraction_overhead_pct, predict_latency_ms[,
+update_latency_ms]`, read by lengthpred/eval/inputs.py `read_costs`). The stage,
+`lengthpred.stages.costs.costs_from_config(cfg)` (scripts/measure_costs.py), finds an experiment's saved
+heads (`lengthpred.stages.runs.find_head_runs`: `<experiment>/train/<head>/head`,
+`<experiment>/train_proxy/<head>/head`), loads their real inputs and the serving model, and calls it.
 
-Modules: `runs` (finding saved heads), `timing` (the timing primitives), `measure` (`measure_costs`,
-`write_costs`), `stage` (`costs_from_config`, what scripts/measure_costs.py runs).
+Modules: `timing` (the timing primitives), `measure` (`HeadRun`, `CostSettings`, `measure_costs`,
+`write_costs`).
 
 - predict latency: one request at a time (batch size 1) on stored inputs (the feature store's column for
   feature heads, the prompt text for proxies, which so pay their own tokenizer + encoder forward here);
@@ -27,27 +28,23 @@ Modules: `runs` (finding saved heads), `timing` (the timing primitives), `measur
 
 from lengthpred.costs.measure import (
     CostSettings,
+    HeadRun,
     Sample,
     capture_kind,
     capture_settings,
     measure_costs,
     write_costs,
 )
-from lengthpred.costs.runs import HeadRun, find_head_runs
-from lengthpred.costs.stage import FeatureStores, costs_from_config
 from lengthpred.costs.timing import PREFILL, extraction_times, overhead_pct
 
 __all__ = [
     "PREFILL",
     "CostSettings",
-    "FeatureStores",
     "HeadRun",
     "Sample",
     "capture_kind",
     "capture_settings",
-    "costs_from_config",
     "extraction_times",
-    "find_head_runs",
     "measure_costs",
     "overhead_pct",
     "write_costs",

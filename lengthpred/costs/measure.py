@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from lengthpred.costs.runs import HeadRun
 from lengthpred.costs.timing import (
     PREFILL,
     _ms,
@@ -27,12 +26,34 @@ from lengthpred.costs.timing import (
     rls_latencies,
 )
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.features.settings import FeatureSettings
+from lengthpred.heads.base import HeadInput, load_head
+from lengthpred.heads.binned import torch_threads
 from lengthpred.names import FeatureKey, hidden_name
+from lengthpred.online.config import rls_name
+from lengthpred.prompting import encode_prompt
 
 log = logging.getLogger(__name__)
 CLOCKS = ("cpu", "wall")
 LEARNED = "learned"  # pooling of heads that read token-level states (input kind `tokens`)
 PREFILL_KINDS = ("features", "tokens")  # head input kinds captured from the prefill
+
+
+@dataclass
+class HeadRun:
+    """A saved head and what its run recorded (metrics.json): `feature` (e.g. hs.L20.last) for heads that
+    read a pooled column, `layer`/`pooling` (`learned` for token-level heads), the model, and `features`:
+    the features settings it was trained under (its run's config; None: time it under the current one).
+    `config` is the run's `.hydra/config.yaml`, read only by `lengthpred.stages.runs` and `.costs`."""
+
+    name: str
+    head_dir: Path
+    feature: str | None = None
+    layer: int | None = None
+    pooling: str | None = None
+    model: str | None = None
+    config: Any = None
+    features: FeatureSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -168,8 +189,6 @@ def measure_costs(
             k: capture_settings(base or feature_settings, lay, pool)
             for k, (lay, pool, base) in captures.items()
         }
-        from lengthpred.heads.binned import torch_threads
-
         with torch_threads(settings.threads):
             times = extraction_times(
                 model,
@@ -220,8 +239,6 @@ def _head_costs(
     run: HeadRun, sample: Sample, settings: CostSettings
 ) -> tuple[dict[str, Any], dict[str, float], tuple[int, str, Any] | None]:
     """(row, latency stats, what it captures: (layer, pooling, its features config) or None) of one head."""
-    from lengthpred.heads.base import HeadInput, load_head
-
     head = load_head(run.head_dir)
     kind_in = head.input_kind
     inputs = HeadInput(
@@ -247,7 +264,7 @@ def _head_costs(
     pooling = LEARNED if kind_in == "tokens" else str(run.pooling)
     row["capture"] = capture_kind(pooling)
     row["feature"] = run.feature or f"{hidden_name(int(run.layer))} (token-level)"
-    return row, {"median_ms": med, "p90_ms": p90}, (int(run.layer), pooling, _run_features(run))
+    return row, {"median_ms": med, "p90_ms": p90}, (int(run.layer), pooling, run.features)
 
 
 def _online_costs(
@@ -255,22 +272,20 @@ def _online_costs(
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any], tuple[int, str, Any]]:
     """Rows of the `rls@λ` heads on the online feature: predict latency measured, update latency from the
     online stage's summary when it has the head, else measured."""
-    from lengthpred.online.config import rls_name
-
-    feat = str(online.get("feature", FeatureKey(20, "last")))
+    feat = str(online["feature"])
     layer, pooling = _parse_feature(feat)
     X = _column(sample, feat)
     summary = _online_update_ms(summary_path)
     rows, meta = {}, {}
-    with _blas_threads(online.get("blas_threads")):
-        for lam in online.get("forgetting") or []:
+    with _blas_threads(online["blas_threads"]):
+        for lam in online["forgetting"] or []:
             name = rls_name(lam)
             pred, upd = rls_latencies(
                 X,
                 float(lam),
                 settings.predict_repeats,
-                alpha=float(online.get("alpha") or 1.0),
-                trace_cap=online.get("trace_cap", 10.0),
+                alpha=float(online["alpha"] or 1.0),  # null (RidgeCV per pair): the cost is the same
+                trace_cap=online["trace_cap"],
             )
             rows[name] = {
                 "head": name,
@@ -305,19 +320,6 @@ def _tokens(sample: Sample, run: HeadRun) -> list[np.ndarray]:
             f"{run.name}: no feature store with token-level states (run scripts/extract.py first)"
         )
     return sample.tokens(int(run.layer))
-
-
-def _run_features(run: HeadRun) -> Any:
-    """The features config the head was trained under (its run's .hydra/config.yaml), or None."""
-    if run.config is None:
-        return None
-    from lengthpred.features import settings_from_cfg
-
-    try:
-        return settings_from_cfg(run.config)
-    except Exception as e:  # an unresolvable or older run config: time under the current one instead
-        log.info("costs: %s: run config unusable for features (%s); using the current one", run.name, e)
-        return None
 
 
 def _parse_feature(name: str) -> tuple[int, str]:
@@ -360,8 +362,6 @@ def _encode(
     overflow: str,
 ) -> list[list[int]]:
     """Token ids of n prompts at evenly spaced length quantiles (so the sample spans short and long)."""
-    from lengthpred.prompting import encode_prompt
-
     seqs = []
     for m in messages:
         with contextlib.suppress(DataError):  # empty / over-long under overflow=reject: not a request

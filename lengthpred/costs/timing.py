@@ -9,8 +9,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
 from lengthpred.errors import DataError
+from lengthpred.features.capture import PrefillCapture
+from lengthpred.features.extract import Plan, extract_batch
+from lengthpred.online.rls import RLSRegressor
 
 PREFILL = "prefill"
 
@@ -31,12 +36,6 @@ def extraction_times(
     """Seconds per repetition (summed over the prompts, one at a time) of a plain prefill (`prefill`: the
     decoder forward, no LM head, no KV cache) and of each variant (FeatureSettings) captured from that same
     forward; variants interleaved per repetition."""
-    import torch
-    from tqdm.auto import tqdm
-
-    from lengthpred.features.capture import PrefillCapture
-    from lengthpred.features.extract import Plan, extract_batch
-
     plans = {k: Plan(s, model) for k, s in variants.items()}
     batches = [
         (torch.tensor([list(s)], dtype=torch.long), torch.ones((1, len(s)), dtype=torch.long)) for s in seqs
@@ -110,8 +109,6 @@ def rls_latencies(
 ) -> tuple[list[float], list[float]]:
     """(predict, update) wall seconds of an RLS readout on rows of X, one row per call. The readout is
     fitted on X itself with placeholder lengths: neither cost depends on the values, only on d."""
-    from lengthpred.online.rls import RLSRegressor
-
     X = np.asarray(X, dtype=np.float64)
     y = 50.0 + np.arange(len(X), dtype=np.float64)
     est = RLSRegressor(alpha, forgetting=forgetting, trace_cap=trace_cap).fit(X, y)

@@ -16,15 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
 from threadpoolctl import threadpool_limits
 
 from lengthpred.crossmodel.inputs import PromptInputs
 from lengthpred.crossmodel.table import ALL_MODELS, LengthTable, short_model
-from lengthpred.errors import ConfigError, DataError
-from lengthpred.heads import HEADS, run_training
-from lengthpred.heads.run import feature_name
-from lengthpred.heads.sweep import head_config
+from lengthpred.errors import DataError
+from lengthpred.heads import run_training
 from lengthpred.seeds import seed_columns
 
 log = logging.getLogger(__name__)
@@ -41,37 +38,6 @@ class HeadSpec:
     cfg: dict[str, Any]
     feature: str | None
     targets: tuple[str, ...]
-
-
-def _targets(value: Any, models: Sequence[str], what: str) -> tuple[str, ...]:
-    """`all` → every model then ALL_MODELS; else the listed names (each a model or ALL_MODELS)."""
-    if value in (None, "all"):
-        return (*models, ALL_MODELS)
-    names = tuple(str(v) for v in value)
-    unknown = [n for n in names if n not in models and n != ALL_MODELS]
-    if unknown:
-        raise ConfigError(f"crossmodel.{what}: unknown {unknown}; valid: {ALL_MODELS} or one of {list(models)}")
-    return names
-
-
-def head_specs(cfg: DictConfig, models: Sequence[str]) -> list[HeadSpec]:
-    """`crossmodel.heads` on `crossmodel.fit_targets`, `crossmodel.proxy_heads` on `crossmodel.proxy_targets`,
-    each from conf/head/<name>.yaml merged with `crossmodel.head_overrides.<name>`."""
-    cm = cfg.crossmodel
-    overrides = OmegaConf.to_container(cm.get("head_overrides") or {}, resolve=True)
-    specs = []
-    for names, key in ((cm.heads, "fit_targets"), (cm.get("proxy_heads") or [], "proxy_targets")):
-        targets = _targets(cm.get(key), models, key)
-        for name in names:
-            HEADS.get(str(name))  # an unknown head lists the valid ones
-            merged = OmegaConf.merge(head_config(cfg, str(name)), overrides.get(str(name)) or {})
-            hcfg = OmegaConf.to_container(merged, resolve=True)
-            feature = feature_name(merged) if HEADS.get(str(name)).input_kind == "features" else None
-            if HEADS.get(str(name)).input_kind == "tokens":
-                raise ConfigError(f"crossmodel: head {name!r} reads token-level states; this experiment stores "
-                                  "pooled columns only (use linear, probe, egtp, estp)")
-            specs.append(HeadSpec(str(name), hcfg | {"feature": feature}, feature, targets))
-    return specs
 
 
 def fit_one(spec: HeadSpec, target: str, inputs: PromptInputs, table: LengthTable,

@@ -1,16 +1,15 @@
-"""prepare(cfg): read sources (or a trace), select, split, save; load_prompts / load_splits read it back."""
+"""prepare(data_cfg): read sources (or a trace), select, split, save; load_prompts / load_splits read it back."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from datasets import Dataset, Features, List, Value, load_from_disk
-from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from lengthpred.data.readers import BadInputLog
@@ -26,9 +25,11 @@ from lengthpred.data.splits import (
     update_shifts,
 )
 from lengthpred.data.summary import format_table, reference_lengths, summary_rows
-from lengthpred.data.trace import length_stat
+from lengthpred.data.trace import build_from_trace, length_stat
 from lengthpred.errors import DataError
+from lengthpred.models import serving_tokenizer
 from lengthpred.paths import DATA_DIR, resolve
+from lengthpred.prompting import encode_prompt
 
 log = logging.getLogger("lengthpred.data")
 Record = dict[str, Any]
@@ -41,21 +42,27 @@ FEATURES = Features({
 })
 
 
-def splits_dir(data_cfg: DictConfig, data_dir: str | Path | None = None) -> Path:
+def splits_dir(data_cfg: Mapping[str, Any], data_dir: str | Path | None = None) -> Path:
     """`<data_dir>/splits/<name>`; without data_dir, `data.out_dir` (= `${paths.data_dir}/splits/<name>`)."""
     if data_dir is not None:
-        return resolve(data_dir) / "splits" / str(data_cfg.name)
+        return resolve(data_dir) / "splits" / str(data_cfg["name"])
     if data_cfg.get("out_dir"):
-        return resolve(str(data_cfg.out_dir))
-    return DATA_DIR / "splits" / str(data_cfg.name)
+        return resolve(str(data_cfg["out_dir"]))
+    return DATA_DIR / "splits" / str(data_cfg["name"])
 
 
-def config_hash(data_cfg: DictConfig) -> str:
-    """Hash of the data config minus where the files live (same data on another machine, same hash)."""
-    c = OmegaConf.to_container(data_cfg, resolve=True)
+def config_hash(data_cfg: Mapping[str, Any]) -> str:
+    """Hash of the (resolved, plain) data config minus where the files live (same data on another machine,
+    same hash)."""
+    c = json.loads(json.dumps(data_cfg, default=_plain))
     for k in ("root", "fetch", "out_dir"):  # where things live, not what they are
         c.pop(k, None)
     return hashlib.sha1(json.dumps(c, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _plain(node: Any) -> Any:
+    """A config node as plain JSON data (the data group may come as a DictConfig or a dict)."""
+    return dict(node) if isinstance(node, Mapping) else list(node)
 
 
 def token_limit(max_tokens: int | None) -> Callable[[Record], bool] | None:
@@ -66,9 +73,6 @@ def token_limit(max_tokens: int | None) -> Callable[[Record], bool] | None:
     """
     if max_tokens is None:
         return None
-    from lengthpred.models.serving import serving_tokenizer
-    from lengthpred.prompting import encode_prompt
-
     tok = serving_tokenizer()
     return lambda r: len(encode_prompt(tok, r["messages"], prompt_id=r["id"])) <= int(max_tokens)
 
@@ -83,25 +87,25 @@ def _read_sources(names: list[str], root: Path, bad: BadInputLog) -> dict[str, l
     return out
 
 
-def build_from_sources(data_cfg: DictConfig) -> tuple[list[Record], dict[str, Any]]:
-    root = resolve(data_cfg.root)
+def build_from_sources(data_cfg: Mapping[str, Any]) -> tuple[list[Record], dict[str, Any]]:
+    root = resolve(data_cfg["root"])
     if not root.is_dir():
         raise DataError(f"data.root={root} does not exist (run scripts/fetch_datasets.py or set data.root)")
-    seed = int(data_cfg.seed)
-    domains = {d: list(s) for d, s in data_cfg.domains.items()}
-    bad = BadInputLog(data_cfg.get("on_bad_input", "raise"))
+    seed = int(data_cfg["seed"])
+    domains = {d: list(s) for d, s in data_cfg["domains"].items()}
+    bad = BadInputLog(data_cfg["on_bad_input"])
     by_source = _read_sources(sorted({s for ss in domains.values() for s in ss}), root, bad)
-    pools, dropped = build_pools(by_source, domains, data_cfg.get("max_prompt_chars"))
-    per_domain = data_cfg.get("per_domain")
-    accept = token_limit(data_cfg.get("max_prompt_tokens"))
+    pools, dropped = build_pools(by_source, domains, data_cfg["max_prompt_chars"])
+    per_domain = data_cfg["per_domain"]
+    accept = token_limit(data_cfg["max_prompt_tokens"])
     selected: dict[str, list[Record]] = {}
     for d in domains:
         selected[d], n_rej = select_domain(pools[d], per_domain, seed, accept)
         if n_rej:
             dropped[d]["too_many_tokens"] += n_rej
-    indomain = {d: split_ids([r["id"] for r in recs], data_cfg.split, seed) for d, recs in selected.items()}
+    indomain = {d: split_ids([r["id"] for r in recs], data_cfg["split"], seed) for d, recs in selected.items()}
     flat = [r for recs in selected.values() for r in recs]
-    fl = data_cfg.get("forelen", {})
+    fl = data_cfg["forelen"]
     # exclude_train: no subset prompt (nor a CoT variant's base prompt) is in any train split, so a
     # subset scores prompts no head has seen (cross pairs train on unions of these same train splits)
     train_ids = ({i for parts in indomain.values() for i in parts["train"]}
@@ -113,7 +117,7 @@ def build_from_sources(data_cfg: DictConfig) -> tuple[list[Record], dict[str, An
                            fl.get("cot_instruction", "Let's think step by step."))
     records = flat + [r for r in cot if r["id"] not in {x["id"] for x in flat}]
     by_id = {r["id"]: r for r in records}
-    pairs, n_dup = cross_pairs(indomain, by_id, mix=bool(data_cfg.get("cross_mix", True)))
+    pairs, n_dup = cross_pairs(indomain, by_id, mix=bool(data_cfg["cross_mix"]))
     splits = {
         "indomain": indomain,
         "cross": pairs,
@@ -133,38 +137,28 @@ def build_from_sources(data_cfg: DictConfig) -> tuple[list[Record], dict[str, An
     return records, splits
 
 
-def reference_trace(cfg: DictConfig) -> Path | None:
-    """`${paths.data_dir}/reference/<model.name>/<data.name>.jsonl` when the generate stage committed one."""
-    model = (cfg.get("model") or {}).get("name")
-    if not model or not cfg.paths.get("data_dir"):
-        return None
-    p = resolve(str(cfg.paths.data_dir)) / "reference" / str(model) / f"{cfg.data.name}.jsonl"
-    return p if p.is_file() else None
+def prepare(data_cfg: Mapping[str, Any], *, reference: Path | None = None, force: bool = False) -> Path:
+    """Build and save the prompt set of a data config group (`data.out_dir`); skipped when built with the
+    same config (`lengthpred.stages.data.prepare` is the stage: it finds the reference trace).
 
-
-def prepare(cfg: DictConfig, force: bool = False) -> Path:
-    """Build and save `${paths.data_dir}/splits/<data.name>/`; skipped when built with the same config.
-
-    When the serving model's reference trace exists, its lengths add `served_length_wasserstein` to every
-    cross pair's shift and a served-length column to the summary (the trace's bytes enter the hash).
+    `reference`: the serving model's reference trace, when it exists; its lengths add
+    `served_length_wasserstein` to every cross pair's shift and a served-length column to the summary (the
+    trace's bytes enter the hash).
     """
-    data_cfg = cfg.data
     out = splits_dir(data_cfg)
-    ref_path = reference_trace(cfg)
+    ref_path = reference if reference is not None and Path(reference).is_file() else None
     served = reference_lengths(ref_path) if ref_path else None
     h = config_hash(data_cfg)
     if ref_path:
         h = hashlib.sha1((h + hashlib.sha1(ref_path.read_bytes()).hexdigest()).encode()).hexdigest()[:12]
     stamp = out / "config_hash.txt"
     if not force and stamp.is_file() and stamp.read_text().strip() == h and (out / "splits.json").is_file():
-        log.info("data %s already built with config %s: %s", data_cfg.name, h, out)
+        log.info("data %s already built with config %s: %s", data_cfg["name"], h, out)
         records = load_prompts(data_cfg)
         splits = load_splits(data_cfg)
         print(format_table(summary_rows(splits, {r["id"]: r for r in records}, served)))
         return out
-    if data_cfg.get("kind", "sources") == "trace":
-        from lengthpred.data.trace import build_from_trace
-
+    if data_cfg["kind"] == "trace":
         records, splits = build_from_trace(data_cfg)
     else:
         records, splits = build_from_sources(data_cfg)
@@ -172,9 +166,9 @@ def prepare(cfg: DictConfig, force: bool = False) -> Path:
         update_shifts(splits, served_length_shift(served))
         splits["meta"]["reference_trace"] = str(ref_path)
     splits["meta"]["config_hash"] = h
-    splits["meta"]["name"] = str(data_cfg.name)
+    splits["meta"]["name"] = str(data_cfg["name"])
     out.mkdir(parents=True, exist_ok=True)
-    stat = length_stat(str(data_cfg.get("length_stat", "mean")))
+    stat = length_stat(str(data_cfg.get("length_stat", "mean")))  # sources record other models' lengths
     rows = [{**{c: r[c] for c in COLUMNS}, "length": stat(r["lengths"]) if r["lengths"] else None}
             for r in sorted(records, key=lambda r: r["id"])]
     ds = Dataset.from_list(rows, features=FEATURES)
@@ -189,18 +183,18 @@ def prepare(cfg: DictConfig, force: bool = False) -> Path:
     return out
 
 
-def load_prompts(data_cfg: DictConfig, data_dir: str | Path | None = None) -> Dataset:
+def load_prompts(data_cfg: Mapping[str, Any], data_dir: str | Path | None = None) -> Dataset:
     """The prompt table (one row per unique prompt) of a prepared data config (`data.out_dir`)."""
     p = splits_dir(data_cfg, data_dir) / "prompts"
     if not p.is_dir():
-        raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg.name}` first")
+        raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg['name']}` first")
     return load_from_disk(str(p))
 
 
-def load_splits(data_cfg: DictConfig, data_dir: str | Path | None = None) -> dict[str, Any]:
+def load_splits(data_cfg: Mapping[str, Any], data_dir: str | Path | None = None) -> dict[str, Any]:
     """The parsed splits.json of a prepared data config."""
     p = splits_dir(data_cfg, data_dir) / "splits.json"
     if not p.is_file():
-        raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg.name}` first")
+        raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg['name']}` first")
     return json.loads(p.read_text())
 

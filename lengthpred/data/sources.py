@@ -15,6 +15,7 @@ from typing import Any
 
 from lengthpred.data.readers import BadInputLog, field, iter_rows
 from lengthpred.data.records import make_record, user
+from lengthpred.models import serving_tokenizer
 from lengthpred.registry import Registry
 
 Record = dict[str, Any]
@@ -143,8 +144,6 @@ ALPACA_EVAL_MODELS = ("gpt4_1106_preview", "gpt4_1106_preview_concise", "gpt4_11
 
 def token_counts(texts: list[str]) -> list[int]:
     """Output lengths in tokens of the embedded SmolLM2 tokenizer (not the generating model's own)."""
-    from lengthpred.models.serving import serving_tokenizer
-
     tok = serving_tokenizer()
     return [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]] if texts else []
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from lengthpred.data.records import prompt_chars
 from lengthpred.names import SplitName
+from lengthpred.targets import reference_samples  # the trace's one reader (meta line + rows)
 
 Record = dict[str, Any]
 
@@ -23,8 +24,6 @@ def _q(xs: Sequence[float]) -> str:
 
 def reference_lengths(path: Path) -> dict[str, list[int]]:
     """id → sampled lengths from a committed reference trace (`data/reference/<model>/<data>.jsonl`)."""
-    from lengthpred.targets import reference_samples  # the trace's one reader (meta line + rows)
-
     return reference_samples(path)
 
 

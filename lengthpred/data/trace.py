@@ -9,30 +9,24 @@ from __future__ import annotations
 import glob
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-from omegaconf import DictConfig, ListConfig
 
 from lengthpred.data.readers import BadInputLog, field, iter_rows
 from lengthpred.data.records import content_key, make_record
 from lengthpred.data.splits import cross_pairs, dedup_train, forelen, split_ids
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.paths import resolve
+from lengthpred.targets import check_statistic, target_statistic
 
 Record = dict[str, Any]
-LENGTH_STATS: dict[str, Callable[[Sequence[int]], float]] = {
-    "mean": lambda x: float(np.mean(x)), "median": lambda x: float(np.median(x)),
-    "max": lambda x: float(max(x)), "min": lambda x: float(min(x)), "first": lambda x: float(x[0]),
-}
 
 
 def length_stat(name: str) -> Callable[[Sequence[int]], float]:
-    if name not in LENGTH_STATS:
-        raise ConfigError(f"data.length_stat={name!r}; valid: {', '.join(LENGTH_STATS)}")
-    return LENGTH_STATS[name]
+    """A prompt's length from its sampled lengths: one row of `lengthpred.targets.STATISTICS`."""
+    check_statistic(name, "data.length_stat")
+    return lambda lengths: target_statistic(lengths, name)
 
 
 def _locate(spec: str) -> Path:
@@ -48,7 +42,7 @@ def expand_paths(spec: str | Sequence[str] | None, what: str) -> list[Path]:
     """A path, a glob, or a list of either → existing files (a pattern that matches nothing is an error)."""
     if spec is None:
         return []
-    specs = list(spec) if isinstance(spec, list | tuple | ListConfig) else [spec]
+    specs = [spec] if isinstance(spec, str | Path) else list(spec)
     out: list[Path] = []
     for s in map(str, specs):
         p = _locate(s)
@@ -157,22 +151,22 @@ def merge_duplicates(records: Sequence[Record]) -> tuple[list[Record], int]:
     return list(by_id.values()), n
 
 
-def build_from_trace(data_cfg: DictConfig) -> tuple[list[Record], dict[str, Any]]:
+def build_from_trace(data_cfg: Mapping[str, Any]) -> tuple[list[Record], dict[str, Any]]:
     """Trace records and splits: indomain["all"] (val carved from train), per-domain and cross pairs."""
     if not data_cfg.get("train_path"):
         raise ConfigError("data=trace needs data.train_path=<file.jsonl|csv|parquet> (a glob or list works)")
-    stat_name = str(data_cfg.get("length_stat", "mean"))
+    stat_name = str(data_cfg["length_stat"])
     length_stat(stat_name)  # fail on a bad name before reading anything
-    bad = BadInputLog(data_cfg.get("on_bad_input", "raise"))
-    kw = dict(domain_field=data_cfg.get("domain_field"), length_model=str(data_cfg.get("length_model", "trace")))
-    pf, lf = str(data_cfg.prompt_field), data_cfg.get("length_field")
-    train_recs, n_dup_tr = merge_duplicates(list(read_trace(expand_paths(data_cfg.train_path, "data.train_path"),
+    bad = BadInputLog(data_cfg["on_bad_input"])
+    kw = dict(domain_field=data_cfg["domain_field"], length_model=str(data_cfg["length_model"]))
+    pf, lf = str(data_cfg["prompt_field"]), data_cfg["length_field"]
+    train_recs, n_dup_tr = merge_duplicates(list(read_trace(expand_paths(data_cfg["train_path"], "data.train_path"),
                                                             pf, lf, bad, **kw)))
-    seed = int(data_cfg.get("seed", 0))
-    val_f, test_f = float(data_cfg.get("val_fraction", 0.1)), float(data_cfg.get("test_fraction", 0.2))
+    seed = int(data_cfg["seed"])
+    val_f, test_f = float(data_cfg["val_fraction"]), float(data_cfg["test_fraction"])
     n_cross_dup = 0
-    if data_cfg.get("test_path"):
-        test_recs, n_dup_te = merge_duplicates(list(read_trace(expand_paths(data_cfg.test_path, "data.test_path"),
+    if data_cfg["test_path"]:
+        test_recs, n_dup_te = merge_duplicates(list(read_trace(expand_paths(data_cfg["test_path"], "data.test_path"),
                                                                pf, lf, bad, **kw)))
         test_keys = {content_key(r["messages"]) for r in test_recs}
         kept = [r for r in train_recs if content_key(r["messages"]) not in test_keys]
@@ -187,22 +181,22 @@ def build_from_trace(data_cfg: DictConfig) -> tuple[list[Record], dict[str, Any]
         test_ids = tr_va["test"]
     records = train_recs + [r for r in test_recs if r["id"] not in {x["id"] for x in train_recs}]
     if not records:
-        raise DataError(f"data.train_path={data_cfg.train_path}: no usable records")
+        raise DataError(f"data.train_path={data_cfg['train_path']}: no usable records")
     by_id = {r["id"]: r for r in records}
     tr, n_rm = dedup_train(tr_va["train"], test_ids, by_id)
     whole = {"train": tr, "val": tr_va["val"], "test": test_ids}
     domains = sorted({r["domain"] for r in records})
     pairs: list[dict[str, Any]] = []
-    if data_cfg.get("domain_field") and len(domains) > 1:
+    if data_cfg["domain_field"] and len(domains) > 1:
         # per-domain parts partition the whole (no "all" beside them: pooling the domains gives it)
         indomain = {d: {k: [i for i in v if by_id[i]["domain"] == d] for k, v in whole.items()} for d in domains}
-        pairs, _ = cross_pairs(indomain, by_id, mix=bool(data_cfg.get("cross_mix", True)))
+        pairs, _ = cross_pairs(indomain, by_id, mix=bool(data_cfg["cross_mix"]))
     else:
         indomain = {"all": whole}
     splits = {
         "indomain": indomain,
         "cross": pairs,
-        "forelen": forelen(records, [], data_cfg.get("forelen") or {"longseq": 0, "rl": 0}, seed),
+        "forelen": forelen(records, [], data_cfg["forelen"], seed),
         "meta": {
             "seed": seed, "n_prompts": len(records), "length_stat": stat_name,
             "counts": dict(Counter(r["domain"] for r in records)),

@@ -14,13 +14,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from lengthpred.eval.results import as_float  # noqa: E402
+from lengthpred.figures import MAX_SERIES, first_series, legend_outside, plain_log_axis  # noqa: E402,F401
 from lengthpred.names import POOLED_DOMAIN, SplitName  # noqa: E402
 
 _PNG_META = {"Software": None}
-MAX_SERIES = 8  # lines or point groups per panel: more cannot be told apart (tab10 has 10 colours)
 
 
 def _grid(n: int, size: float = 3.2, cols: int = 3) -> tuple[plt.Figure, np.ndarray]:
@@ -31,29 +30,6 @@ def _grid(n: int, size: float = 3.2, cols: int = 3) -> tuple[plt.Figure, np.ndar
     for ax in axes.ravel()[n:]:
         ax.set_visible(False)
     return fig, axes.ravel()
-
-
-def plain_log_axis(axis) -> None:
-    """Log-axis ticks as plain numbers at 1-2-5 steps (no 2×10² labels running into each other)."""
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(NullFormatter())
-
-
-def legend_outside(fig: plt.Figure, axes, title: str | None = None) -> None:
-    """One legend for the figure, right of the panels (never over the data), from every panel's labels."""
-    seen: dict[str, object] = {}
-    for ax in np.ravel(axes):
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            seen.setdefault(lab, h)
-    if seen:
-        fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=7, title=title,
-                   title_fontsize=7, frameon=False)
-
-
-def first_series(names, k: int = MAX_SERIES) -> list:
-    """At most k series (in the given order), so no colour repeats within a panel."""
-    return list(names)[:k]
 
 
 def _save(fig: plt.Figure, path: str | Path) -> Path:

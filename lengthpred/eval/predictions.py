@@ -46,3 +46,20 @@ def read_predictions(path: str | Path) -> pd.DataFrame:
     for col in ("head", "split", "id", "domain"):
         df[col] = df[col].astype(str)
     return df
+
+
+def append_predictions(path: Path, rows: pd.DataFrame, *, replace_prefix: str | None = None) -> pd.DataFrame:
+    """Add rows to a predictions file, replacing earlier rows of the same (head, split, id); with
+    `replace_prefix`, also every earlier row of these heads whose split starts with it (a rerun's stale
+    pairs: ones now skipped or switched off)."""
+    if path.is_file():
+        old = pd.read_parquet(path)
+        keys = pd.MultiIndex.from_frame(rows[["head", "split", "id"]])
+        keep = ~pd.MultiIndex.from_frame(old[["head", "split", "id"]]).isin(keys)
+        if replace_prefix is not None:
+            keep &= ~(old["head"].isin(rows["head"].unique()) & old["split"].str.startswith(replace_prefix))
+        rows = pd.concat([old[keep], rows], ignore_index=True)
+    tmp = path.with_suffix(".tmp.parquet")
+    rows.to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return rows

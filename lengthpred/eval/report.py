@@ -36,22 +36,14 @@ from lengthpred.eval.tables import ONLINE_HEADS, build_tables
 from lengthpred.metrics import is_undefined, paired_bootstrap
 from lengthpred.names import POOLED_DOMAIN, SplitName
 from lengthpred.online.plots import adaptation_figures
+from lengthpred.targets import reference_samples
 
 log = logging.getLogger(__name__)
 
 
 def read_reference_samples(path: str | Path) -> dict[str, list[float]]:
     """Per-id sampled lengths from a reference trace (`lengthpred.targets` format: meta line, then rows)."""
-    from lengthpred.targets import reference_samples
-
     return {i: [float(x) for x in v] for i, v in reference_samples(Path(path)).items()}
-
-
-def samples_from_prompts(records: Any) -> dict[str, list[float]]:
-    """Per-id sampled lengths from a prompt table's `lengths` column (a trace such as CASTILLO)."""
-    return {
-        str(r["id"]): [float(x) for x in r["lengths"]] for r in records if len(r.get("lengths") or []) >= 2
-    }
 
 
 def paired_rows(
@@ -236,14 +228,6 @@ def headline(results: pd.DataFrame, metrics: Sequence[str] = ("spearman", "mae")
         for h, s, m, v in zip(r["head"], r["split"], r["metric"], r["value"], strict=True)
         if v is not None
     }
-
-
-def newest(root: str | Path, pattern: str | None) -> Path | None:
-    """The last match of a glob under root in path order (run dirs are timestamps), or None."""
-    if not pattern or not Path(root).is_dir():
-        return None
-    hits = sorted(Path(root).glob(pattern))
-    return hits[-1] if hits else None
 
 
 @dataclass

@@ -1,15 +1,10 @@
-"""Prefill features: hidden states pooled per layer (last, mean, entropy, attention, fused) from one forward."""
+"""Prefill features: hidden states pooled per layer (last, mean, entropy, attention, fused) from one forward.
 
-from lengthpred.features.extract import ensure_features, extract_features, feature_dir, settings_from_cfg
+A config's settings, store folder and `ensure_features` live in `lengthpred.stages.features`.
+"""
+
+from lengthpred.features.extract import extract_features
 from lengthpred.features.settings import FeatureSettings
-from lengthpred.features.store import FeatureSet, load_features
+from lengthpred.features.store import FeatureSet, FeatureStores, load_features
 
-__all__ = [
-    "FeatureSet",
-    "FeatureSettings",
-    "ensure_features",
-    "extract_features",
-    "feature_dir",
-    "load_features",
-    "settings_from_cfg",
-]
+__all__ = ["FeatureSet", "FeatureSettings", "FeatureStores", "extract_features", "load_features"]

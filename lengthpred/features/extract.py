@@ -1,7 +1,8 @@
 """One prefill per prompt → pooled features on disk, streamed batch by batch, resumable and shardable.
 
-`extract_features(...) -> Path` writes; `ensure_features(cfg, prompts) -> FeatureSet` finds the cache
-folder by key or extracts, then loads.
+`extract_features(settings, model, tokenizer, prompts, out_dir=...) -> Path` writes;
+`lengthpred.stages.features.ensure_features(cfg, prompts) -> FeatureSet` finds a config's cache folder by key
+or extracts, then loads.
 """
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ from __future__ import annotations
 import logging
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from lengthpred.errors import ConfigError, DataError, LengthpredError
+from lengthpred.errors import ConfigError, DataError
 from lengthpred.features.capture import PrefillCapture, decoder_layers
 from lengthpred.features.pooling import (
     attention_importance,
@@ -30,14 +31,12 @@ from lengthpred.features.settings import FeatureSettings, cache_key, prompts_has
 from lengthpred.features.span import encode_with_span
 from lengthpred.features.store import (
     MANIFEST,
-    FeatureSet,
     atomic_write_json,
     done_ids,
-    load_features,
     write_part,
 )
 from lengthpred.names import FeatureKey, hidden_name
-from lengthpred.paths import REPO_ROOT, resolve
+from lengthpred.paths import DATA_DIR, REPO_ROOT
 from lengthpred.prompting import encode_prompt
 
 log = logging.getLogger(__name__)
@@ -234,14 +233,14 @@ def _tokens_file(tokens: dict[str, torch.Tensor], mask: torch.Tensor, dtype: tor
     real = mask.bool()
     # row-major: prompt after prompt; the per-token scalars stay float32 (tiny, and entropy needs the range)
     kinds = {"span": torch.uint8}
-    out = {k: v[real].to(dtype if k.startswith("hs.") else kinds.get(k, torch.float32)).cpu()
+    out = {k: v[real].to(dtype if FeatureKey.is_key(k) else kinds.get(k, torch.float32)).cpu()
            for k, v in tokens.items()}
     out["offsets"] = torch.cat([torch.zeros(1, dtype=torch.long), mask.sum(-1).cumsum(0).cpu()])
     return out
 
 
 def extract_features(
-    settings: FeatureSettings | Any,
+    settings: FeatureSettings,
     model: nn.Module,
     tokenizer: Any,
     prompts: Any,
@@ -253,18 +252,10 @@ def extract_features(
 ) -> Path:
     """Extract features of `prompts` into `out_dir` (default: the cache folder for `settings`) and return it.
 
-    `settings` is a FeatureSettings or the whole Hydra config (then `features`, `paths.data_dir`,
-    `model.name` and `shard` come from it). Batches are written as they finish; a rerun skips prompts
-    already stored, and shard (i, n) handles prompts i, i+n, ... of the id-sorted set.
+    Batches are written as they finish; a rerun skips prompts already stored, and shard (i, n) handles
+    prompts i, i+n, ... of the id-sorted set (`lengthpred.stages.features` gives a config's settings and
+    folder).
     """
-    cfg = None
-    if not isinstance(settings, FeatureSettings):
-        cfg = settings
-        settings = settings_from_cfg(cfg)
-        model_name = model_name or cfg.model.name
-        from lengthpred.cli import parse_shard
-
-        shard = parse_shard(cfg.get("shard")) if shard == (0, 1) else shard
     model_name = model_name or getattr(model.config, "_name_or_path", None) or type(model).__name__
     records = prompt_records(prompts)
     if settings.limit:
@@ -277,8 +268,7 @@ def extract_features(
     p_hash = prompts_hash(records)
     key = cache_key(settings, ident, p_hash)
     if out_dir is None:
-        data_dir = resolve(cfg.paths.data_dir) if cfg is not None else REPO_ROOT / "data"
-        out_dir = data_dir / "features" / Path(str(model_name)).name / key
+        out_dir = DATA_DIR / "features" / Path(str(model_name)).name / key
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     atomic_write_json(root / MANIFEST, {
@@ -331,65 +321,6 @@ def extract_features(
         log.info("features: %d prompts, %d tokens in %.1f s (%.1f prompts/s, %.0f tokens/s) → %s",
                  sum(len(b) for b in todo), n_tok, dt, sum(len(b) for b in todo) / dt, n_tok / dt, root)
     return root
-
-
-def settings_from_cfg(cfg: Any) -> FeatureSettings:
-    """FeatureSettings from a whole config: `features.max_prompt_tokens: null` takes generation's budget."""
-    d = dict(cfg.features)
-    if d.get("max_prompt_tokens") is None:
-        gen = cfg.get("generate") or {}
-        if gen.get("max_prompt_tokens") is not None:
-            d["max_prompt_tokens"] = gen["max_prompt_tokens"]
-        elif cfg.model.get("max_context") and gen.get("max_new_tokens"):
-            room = int(cfg.model.max_context) - int(gen["max_new_tokens"])
-            if room < 1:
-                raise ConfigError(f"model.max_context={cfg.model.max_context} leaves no prompt tokens after "
-                                  f"generate.max_new_tokens={gen['max_new_tokens']}; set features.max_prompt_tokens")
-            d["max_prompt_tokens"] = room
-        elif cfg.model.get("max_context"):
-            d["max_prompt_tokens"] = int(cfg.model.max_context)
-    return FeatureSettings.from_cfg(d)
-
-
-def feature_dir(cfg: Any, prompts: Any, settings: FeatureSettings | None = None) -> Path:
-    """The cache folder the config (or `settings` in its place) + prompts map to (existing or not)."""
-    settings = settings or settings_from_cfg(cfg)
-    records = prompt_records(prompts)
-    if settings.limit:
-        records = records[: settings.limit]
-    key = cache_key(settings, model_identity(cfg.model.name, cfg.model.dtype), prompts_hash(records))
-    return resolve(cfg.paths.data_dir) / "features" / str(cfg.model.name) / key
-
-
-def ensure_features(cfg: Any, prompts: Any, model: nn.Module | None = None, tokenizer: Any = None, *,
-                    need: Sequence[tuple[int | None, str | None]] | None = None) -> FeatureSet:
-    """Load the features for (config, prompts) from the cache, extracting whatever is missing first.
-
-    `need`: the (layer, pooling) pairs the caller reads (`FeatureSettings.only`). The config's full store
-    is used when it exists; otherwise only what is needed is extracted (a store of its own), so that
-    `train.py head=linear` on a new trace does not pay for every layer, entropy and attention.
-    """
-    settings = None
-    root = feature_dir(cfg, prompts)
-    if need is not None and not (root / MANIFEST).is_file():
-        settings = settings_from_cfg(cfg).only(need)
-        root = feature_dir(cfg, prompts, settings)
-    if (root / MANIFEST).is_file():
-        try:
-            return load_features(root)
-        except LengthpredError:
-            log.info("features at %s incomplete: resuming", root)
-    if model is None:
-        from hydra.utils import instantiate
-
-        from lengthpred.models import load_causal_lm
-
-        model, tokenizer = load_causal_lm(instantiate(cfg.model))
-    if settings is None:
-        out = extract_features(cfg, model, tokenizer, prompts, out_dir=root)
-    else:
-        out = extract_features(settings, model, tokenizer, prompts, out_dir=root, model_name=str(cfg.model.name))
-    return load_features(out)
 
 
 def iter_columns(names: Iterable[str]) -> list[tuple[int, str]]:

@@ -17,6 +17,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -210,3 +211,31 @@ def load_features(path: str | Path) -> FeatureSet:
             f"(e.g. {missing[:3]}); run the missing shards of scripts/extract.py (it resumes)"
         )
     return FeatureSet(root, manifest, parts, expected)
+
+
+class FeatureStores:
+    """Several stored feature sets (subset to the same ids) read as one: a column comes from the first
+    that holds it."""
+
+    def __init__(self, sets: Sequence[Any]):
+        self.sets = list(sets)
+
+    def get(self, name: str) -> np.ndarray:
+        for fs in self.sets:
+            if name in fs.names:
+                return fs.get(name)
+        raise DataError(f"feature {name!r} is in none of the stores {[str(fs.root) for fs in self.sets]}")
+
+    def token_inputs(self, layer: int) -> list[np.ndarray]:
+        for fs in self.sets:
+            if int(layer) in (fs.manifest.get("token_layers") or []):
+                return fs.token_inputs(int(layer))
+        raise DataError(
+            f"layer {layer} is stored token-level in none of {[str(fs.root) for fs in self.sets]}; "
+            f"extract with features.token_layers=[{layer}]"
+        )
+
+    def n_prompt_tokens(self) -> np.ndarray | None:
+        return next(
+            (fs.get("n_prompt_tokens")[:, 0] for fs in self.sets if "n_prompt_tokens" in fs.names), None
+        )

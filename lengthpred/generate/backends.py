@@ -20,6 +20,7 @@ import torch
 
 from lengthpred.errors import ModelError
 from lengthpred.generate.settings import GenerationSettings
+from lengthpred.models.serving import checkpoint_dir, load_causal_lm, load_tokenizer, max_context
 from lengthpred.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -242,3 +243,16 @@ class VLLMBackend:
                 if out.finished:
                     live -= 1
                     yield out.request_id, self._samples(out)
+
+
+def make_backend(settings: GenerationSettings, spec, *, model=None, tokenizer=None, device: str = "cpu"):
+    """(backend, tokenizer, max context) of the configured backend over a model spec (or an already loaded
+    model, as in tests)."""
+    cls = BACKENDS.get(settings.backend)
+    if settings.backend == "vllm":
+        tokenizer = tokenizer or load_tokenizer(spec)
+        ctx = spec.max_context
+        return cls(checkpoint_dir(spec), tokenizer, settings, dtype=spec.dtype, max_model_len=ctx), tokenizer, ctx
+    if model is None:
+        model, tokenizer = load_causal_lm(spec, device=device)
+    return cls(model, tokenizer, settings), tokenizer, max_context(spec, model)

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.targets import write_reference
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,6 @@ def merge_parts(folder: Path, expected_ids: Iterable[str], settings: Mapping[str
                 meta: Mapping[str, Any]) -> Path:
     """Write the whole trace `out` from its parts after checking that they cover `expected_ids`
     exactly once each; a gap or a duplicate raises DataError naming it."""
-    from lengthpred.targets import write_reference
-
     rows, metas = read_parts(folder, settings)
     counts = Counter(zip(rows["id"], rows["sample"], strict=True))
     dups = [k for k, c in counts.items() if c > 1]

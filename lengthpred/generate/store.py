@@ -132,3 +132,14 @@ def merge(root: Path, expected_ids: Iterable[str], num_samples: int, manifest_ex
     )
     write_json_atomic(root / "manifest.json", manifest)
     return ds
+
+
+def load_generations(root: str | Path):
+    """The merged generations (HF Dataset: id, sample, length, finish_reason, text, prompt_tokens,
+    truncated, token_ids) of a run folder (`lengthpred.stages.locations.generations_dir` of a config)."""
+    import datasets
+
+    merged = Path(root) / "merged"
+    if not merged.is_dir():
+        raise DataError(f"no merged generations at {merged}; run scripts/generate.py (all shards) first")
+    return datasets.load_from_disk(str(merged))

@@ -1,5 +1,7 @@
 """Turn the other stages' artefacts (prompt table, splits.json, targets, FeatureSet) into LabeledSets.
 
+Targets come as `lengthpred.targets.target_frame`'s frame (indexed by id: y, n_samples, capped_frac).
+
 Split scope: the in-domain splits of every domain pooled (`indomain/<domain>/{train,val,test}` in
 splits.json), so one head is fitted per run and scored per domain from its predictions; ForeLen-style
 subsets are extra test sets (ids that are in train are dropped from them).
@@ -18,62 +20,12 @@ from lengthpred.errors import DataError
 from lengthpred.heads.base import HeadInput, LabeledSet
 from lengthpred.names import FeatureKey, SplitName
 
-TARGET_COLUMNS = ("y", "target", "y_true", "length", "mean")
-
 log = logging.getLogger(__name__)
 
 
 def prompt_text(messages: Sequence[Mapping[str, str]]) -> str:
     """The text a proxy model reads: every turn's content, one per line (roles dropped)."""
     return "\n".join(str(m.get("content", "")) for m in messages)
-
-
-def target_table(targets: Any) -> pd.DataFrame:
-    """Normalise a targets object to a frame indexed by id with `y`, `n_samples`, `capped_frac`.
-
-    Accepts a DataFrame (an `id` column or index, one of `target|y|y_true|length`, optional
-    `n_samples`, `capped_frac`) or a mapping id → length.
-    """
-    if isinstance(targets, Mapping):
-        df = pd.DataFrame({"id": list(targets), "y": [float(v) for v in targets.values()]})
-    else:
-        df = pd.DataFrame(targets).copy()
-    if "id" not in df.columns:
-        df = df.rename_axis("id").reset_index()
-    col = next((c for c in TARGET_COLUMNS if c in df.columns), None)
-    if col is None:
-        raise DataError(f"targets have none of the columns {TARGET_COLUMNS}; got {list(df.columns)}")
-    out = pd.DataFrame(
-        {
-            "y": pd.to_numeric(df[col], errors="coerce").astype(float).to_numpy(),
-            "n_samples": df["n_samples"].to_numpy() if "n_samples" in df else np.ones(len(df), dtype=int),
-            "capped_frac": df["capped_frac"].to_numpy() if "capped_frac" in df else np.zeros(len(df)),
-        },
-        index=df["id"].astype(str).to_numpy(),
-    )
-    if out.index.duplicated().any():
-        raise DataError("targets have duplicate ids (expected one row per prompt)")
-    return out
-
-
-def targets_from_prompts(prompts: Any, stat: str = "mean") -> pd.DataFrame:
-    """Targets from the prompt table's own lengths (a trace or CASTILLO): its `length` column (the data
-    stage's length_stat) or `stat` of `lengths`; prompts without lengths are dropped."""
-    fn = {"mean": np.mean, "median": np.median, "max": np.max, "min": np.min}[stat]
-    rows = []
-    for r in prompts:
-        lengths = list(r.get("lengths") or [])
-        y = r.get("length")
-        if y is None and lengths:
-            y = fn(lengths)
-        if y is not None:
-            rows.append((r["id"], float(y), max(len(lengths), 1)))
-    if not rows:
-        raise DataError(
-            "no prompt has recorded lengths and no generated targets exist: run scripts/generate.py"
-        )
-    ids, y, n = zip(*rows, strict=True)
-    return pd.DataFrame({"y": y, "n_samples": n, "capped_frac": 0.0}, index=list(ids))
 
 
 def indomain_ids(splits: Mapping[str, Any]) -> dict[str, list[str]]:

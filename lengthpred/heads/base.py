@@ -121,6 +121,7 @@ class BaseHead(RegressorMixin, BaseEstimator):
         params = {  # json has no tuples: give tuple-valued keywords their type back
             k: tuple(v) if isinstance(defaults.get(k), tuple) and isinstance(v, list) else v
             for k, v in doc["params"].items()
+            if k in defaults  # a keyword older saves recorded and the class no longer takes (n_buckets of proxy_reg)
         }
         head = klass(**params)
         head._set_state(load_file(str(path / STATE_FILE)), doc["meta"], path)

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, check_targets
 from lengthpred.heads.binned import torch_threads
 from lengthpred.heads.smearing import smeared_expm1, smearing_factor
+from lengthpred.models.specs import embedded_proxy_dir
 
 ENCODER_DIR = "encoder"
 
@@ -55,10 +56,14 @@ def listmle_loss(scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 class ProxyHead(BaseHead):
-    """Shared fine-tuning loop; subclasses set `objective` ("reg" | "cls" | "rank")."""
+    """Shared fine-tuning loop; subclasses set `objective` ("reg" | "cls" | "rank"). `n_buckets` is a
+    keyword of `proxy_cls` only and `group_size` of `proxy_rank` only; the class values below are what the
+    others use (buckets are fitted and saved by every proxy; only `proxy_cls` predicts from them)."""
 
     input_kind = "texts"
     objective = "reg"
+    n_buckets = 10
+    group_size = 10
     _parameter_constraints: dict = {
         "encoder": [str, None],
         "max_seq_len": [Interval(Integral, 8, None, closed="left")],
@@ -82,8 +87,6 @@ class ProxyHead(BaseHead):
         batch_size: int = 16,
         lr: float = 5e-5,
         weight_decay: float = 0.01,
-        n_buckets: int = 10,
-        group_size: int = 10,
         random_state: int = 0,
         n_threads: int = 1,
         progress: bool = True,
@@ -94,8 +97,6 @@ class ProxyHead(BaseHead):
         self.batch_size = batch_size
         self.lr = lr
         self.weight_decay = weight_decay
-        self.n_buckets = n_buckets
-        self.group_size = group_size
         self.random_state = random_state
         self.n_threads = n_threads
         self.progress = progress
@@ -104,8 +105,6 @@ class ProxyHead(BaseHead):
     def _encoder_dir(self) -> Path:
         if self.encoder is not None:
             return Path(self.encoder)
-        from lengthpred.models.specs import embedded_proxy_dir
-
         return embedded_proxy_dir()
 
     def _n_out(self) -> int:
@@ -291,15 +290,31 @@ class ProxyRegHead(ProxyHead):
 
 @HEADS.register("proxy_cls")
 class ProxyClsHead(ProxyHead):
-    """S3-style: length-bucket classification from the prompt text."""
+    """S3-style: length-bucket classification from the prompt text into `n_buckets` buckets."""
 
     name = "proxy_cls"
     objective = "cls"
 
+    def __init__(self, *, n_buckets: int = 10, encoder: str | None = None, max_seq_len: int = 256,
+                 epochs: int = 3, batch_size: int = 16, lr: float = 5e-5, weight_decay: float = 0.01,
+                 random_state: int = 0, n_threads: int = 1, progress: bool = True) -> None:
+        super().__init__(encoder=encoder, max_seq_len=max_seq_len, epochs=epochs, batch_size=batch_size, lr=lr,
+                         weight_decay=weight_decay, random_state=random_state, n_threads=n_threads,
+                         progress=progress)
+        self.n_buckets = n_buckets
+
 
 @HEADS.register("proxy_rank")
 class ProxyRankHead(ProxyHead):
-    """LTR-style: ListMLE ranking on groups of prompts."""
+    """LTR-style: ListMLE ranking on groups of `group_size` prompts."""
 
     name = "proxy_rank"
     objective = "rank"
+
+    def __init__(self, *, group_size: int = 10, encoder: str | None = None, max_seq_len: int = 256,
+                 epochs: int = 3, batch_size: int = 16, lr: float = 5e-5, weight_decay: float = 0.01,
+                 random_state: int = 0, n_threads: int = 1, progress: bool = True) -> None:
+        super().__init__(encoder=encoder, max_seq_len=max_seq_len, epochs=epochs, batch_size=batch_size, lr=lr,
+                         weight_decay=weight_decay, random_state=random_state, n_threads=n_threads,
+                         progress=progress)
+        self.group_size = group_size

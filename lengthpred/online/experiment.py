@@ -1,4 +1,5 @@
-"""The `scripts/adapt.py` stage: every selected cross-domain pair as a stream, all heads, curves and gains.
+"""The adapt experiment: every selected cross-domain pair as a stream, all heads, curves and gains
+(`lengthpred.stages.adapt.run_adaptation(cfg, out_dir)` builds its inputs from a config; scripts/adapt.py).
 
 Per pair (`lengthpred.online.pairs`): the readout is fitted on the source, the target's train+val prompts
 arrive as a stream served by the completion model (default: the serving model's calibrated CPU profile
@@ -26,25 +27,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.online.config import (
-    build_completion,
-    build_heads,
-    mean_oracle_name,
-    rls_name,
-    select_alpha,
-)
+from lengthpred.names import PAIR_SEP
+from lengthpred.online.config import mean_oracle_name, rls_name, select_alpha
 from lengthpred.online.curves import labels_seen_curves
 from lengthpred.online.pairs import (
-    as_target_frame,
     gains_table,
     label_pair,
     pair_stream,
@@ -54,7 +49,9 @@ from lengthpred.online.pairs import (
 )
 from lengthpred.online.plots import plot_curves, plot_delta_grid, plot_delta_summary, plot_gain_vs_shift
 from lengthpred.online.select import SELECTED, choose_forgetting, forgetting_of, with_selected
+from lengthpred.online.stream import HeadSpec
 from lengthpred.online.summary import ALL, per_target_summary
+from lengthpred.targets import target_frame
 
 log = logging.getLogger(__name__)
 
@@ -73,68 +70,72 @@ def feature_lookup(feature_set: Any, name: str) -> Callable[[Sequence[str]], np.
     return get
 
 
-def _load_inputs(cfg: DictConfig) -> tuple[dict, Any, pd.DataFrame]:
-    from lengthpred.data import load_prompts, load_splits
-    from lengthpred.features import ensure_features
-    from lengthpred.targets import load_targets
+@dataclass(frozen=True)
+class AdaptSettings:
+    """What the stream experiment reads of the `online` config group (conf/online/rls.yaml holds the
+    defaults and their meaning), plus the run's `seed`."""
 
-    prompts = load_prompts(cfg.data)
-    splits = load_splits(cfg.data)
-    targets = as_target_frame(load_targets(cfg))
-    if "domain" not in targets.columns:
-        dom = dict(zip(prompts["id"], prompts["domain"], strict=True))
-        targets["domain"] = [dom.get(i, "") for i in targets.index]
-    return splits, ensure_features(cfg, prompts), targets
+    feature: str
+    forgetting: tuple[float, ...]
+    mean_oracle: float | None
+    alpha: float | None
+    alphas: tuple[float, ...]
+    pairs: tuple[str, ...] | None
+    stream_parts: tuple[str, ...]
+    val_part: str | None
+    shift_key: str
+    stream_seeds: int | tuple[int, ...]
+    record_every: int
+    window: int
+    plot_pairs: int | None
+    n_boot: int
+    confidence: float
+    seed: int = 0
+
+    @classmethod
+    def from_mapping(cls, online: Mapping[str, Any], seed: int = 0) -> AdaptSettings:
+        """From the (resolved) `online` group: the fields above, other keys (heads, completion) left out."""
+        d = {k: online[k] for k in cls.__dataclass_fields__ if k != "seed"}
+        for k in ("forgetting", "alphas", "stream_parts"):
+            d[k] = tuple(d[k] or ())
+        d["pairs"] = tuple(d["pairs"]) if d["pairs"] else None
+        if not isinstance(d["stream_seeds"], int | float) or isinstance(d["stream_seeds"], bool):
+            d["stream_seeds"] = tuple(d["stream_seeds"])
+        return cls(**d, seed=int(seed))
 
 
-def run_adaptation(cfg: DictConfig, out_dir: str | Path, **inputs: Any) -> dict[str, Any]:
-    """Run the online stage; inputs (splits, feature_set, targets, tracker) default to the project's stages.
-
-    `online.blas_threads` caps BLAS threads for the stage (threadpoolctl): threaded level-2 BLAS at
-    d≈576 spins badly on a busy small machine (measured here: a 577×577 Cholesky took seconds).
-    """
-    n_threads = cfg.online.get("blas_threads")
-    if n_threads is None:
-        return _run_adaptation(cfg, out_dir, **inputs)
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=int(n_threads), user_api="blas"):
-        return _run_adaptation(cfg, out_dir, **inputs)
-
-
-def _run_adaptation(
-    cfg: DictConfig,
+def run_adaptation(
+    settings: AdaptSettings,
     out_dir: str | Path,
     *,
-    splits: dict | None = None,
-    feature_set: Any = None,
-    targets: Any = None,
+    splits: Mapping[str, Any],
+    feature_set: Any,
+    targets: Any,
+    make_heads: Callable[[float], dict[str, HeadSpec]],
+    completion: Any,
+    config: Mapping[str, Any] | None = None,
     tracker: Any = None,
 ) -> dict[str, Any]:
-    ocfg = cfg.online
-    if "static" not in build_heads(ocfg, 1.0):  # validates λ and baselines before any work
-        raise ConfigError("online.baselines.static is the reference of every difference: keep it")
-    build_completion(ocfg)
-    candidates = [rls_name(lam) for lam in (ocfg.forgetting or [])]
+    """Stream every pair of `splits` (module docstring); `make_heads(alpha)` gives fresh heads (`static`
+    among them), `completion` serves the stream. `config` is written into adapt.json."""
+    s = settings
+    candidates = [rls_name(lam) for lam in s.forgetting]
     if not candidates:
         raise ConfigError("online.forgetting: at least one λ (the candidates chosen on validation)")
-    oracle = mean_oracle_name(ocfg.mean_oracle) if ocfg.get("mean_oracle") is not None else None
-    if splits is None or feature_set is None or targets is None:
-        splits, feature_set, targets = _load_inputs(cfg)
-    targets = as_target_frame(targets)
-    features = feature_lookup(feature_set, str(ocfg.feature))
-    pairs = select_pairs(splits.get("cross", []), list(ocfg.pairs) if ocfg.get("pairs") else None)
+    oracle = mean_oracle_name(s.mean_oracle) if s.mean_oracle is not None else None
+    targets = target_frame(targets)
+    features = feature_lookup(feature_set, s.feature)
+    pairs = select_pairs(splits.get("cross", []), list(s.pairs) if s.pairs else None)
     if not pairs:
         raise DataError("splits.json has no cross-domain pairs to stream")
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
-    completion = build_completion(ocfg)
     compared = [h for h in ("static", SELECTED, oracle) if h]
     acc: dict[str, list[pd.DataFrame]] = {
         k: [] for k in ("curves", "stream", "summary", "preds", "test", "sp")
     }
     meta: list[dict[str, Any]] = []
-    seeds = stream_seeds(ocfg.get("stream_seeds", 1), int(cfg.get("seed", 0)))
+    seeds = stream_seeds(s.stream_seeds, s.seed)
     base_seed = int(getattr(completion, "seed", 0) or 0)  # the completion model's own seed, for seeds[0]
     for pair in pairs:
         alpha = None  # seed-independent (the source fit): chosen once per pair
@@ -144,19 +145,19 @@ def _run_adaptation(
                 splits["indomain"],
                 features,
                 targets,
-                stream_parts=list(ocfg.stream_parts),
-                val_part=ocfg.get("val_part", "val"),
-                shift_key=str(ocfg.shift_key),
+                stream_parts=list(s.stream_parts),
+                val_part=s.val_part,
+                shift_key=s.shift_key,
                 seed=sd,
             )
             if alpha is None:
-                alpha = ocfg.alpha
+                alpha = s.alpha
                 if alpha is None:
-                    alpha = select_alpha(ps.data.X_source, ps.data.y_source, list(ocfg.alphas))
+                    alpha = select_alpha(ps.data.X_source, ps.data.y_source, list(s.alphas))
             if hasattr(completion, "seed"):
                 completion.seed = base_seed + sd - seeds[0]  # arrival times: one draw per stream seed
             frames = _one_pair(
-                ps, ocfg, completion, candidates, compared, targets, float(alpha), primary=k == 0
+                ps, s, make_heads, completion, candidates, compared, targets, float(alpha), primary=k == 0
             )
             frames["meta"]["stream_seed"] = sd
             for key in ("sp", "test"):
@@ -177,9 +178,9 @@ def _run_adaptation(
         pd.concat(acc["sp"], ignore_index=True),
         seeds_df,
         heads,
-        n_boot=int(ocfg.get("n_boot", 1000)),
-        confidence=float(ocfg.get("confidence", 0.95)),
-        seed=int(cfg.get("seed", 0)),
+        n_boot=int(s.n_boot),
+        confidence=float(s.confidence),
+        seed=int(s.seed),
     )
     curves_df.to_csv(out / "curves.csv", index=False)
     stream_df.to_csv(out / "stream_curves.csv", index=False)
@@ -189,13 +190,11 @@ def _run_adaptation(
     gains.to_csv(out / "gains.csv", index=False)
     per_target.to_csv(out / "per_target.csv", index=False)
     pd.concat(acc["preds"], ignore_index=True).to_parquet(out / "predictions.parquet", index=False)
-    _plots(out / "plots", curves_df, stream_df, gains, pairs_df, ocfg.get("plot_pairs"), oracle)
+    _plots(out / "plots", curves_df, stream_df, gains, pairs_df, s.plot_pairs, oracle)
     headline = headline_numbers(per_target, pairs_df, heads)
     headline["stream_seeds"] = seeds
     (out / "adapt.json").write_text(
-        json.dumps(
-            {"config": OmegaConf.to_container(ocfg, resolve=True), **headline}, indent=2, default=float
-        )
+        json.dumps({"config": dict(config or {}), **headline}, indent=2, default=float)
     )
     if tracker is not None:
         tracker.summary(headline)
@@ -216,7 +215,8 @@ def _run_adaptation(
 
 def _one_pair(
     ps: Any,
-    ocfg: DictConfig,
+    s: AdaptSettings,
+    make_heads: Callable[[float], dict[str, HeadSpec]],
     completion: Any,
     candidates: list[str],
     compared: list[str],
@@ -232,11 +232,11 @@ def _one_pair(
     """
     res = run_pair(
         ps,
-        lambda a=float(alpha): build_heads(ocfg, a),
+        lambda a=float(alpha): make_heads(a),
         completion,
         # test curves only for the primary seed (start and end are always recorded)
-        record_every=int(ocfg.record_every) if primary else max(len(ps.data.y_stream), 1),
-        window=int(ocfg.window),
+        record_every=int(s.record_every) if primary else max(len(ps.data.y_stream), 1),
+        window=int(s.window),
         progress=False,
     )
     chosen = choose_forgetting(res.summary, candidates)
@@ -278,7 +278,7 @@ def _one_pair(
         "test": label_pair(tp[tp["head"].isin(compared)].copy(), ps),
     }
     if primary:
-        curves = labels_seen_curves(sp, window=int(ocfg.window), step=int(ocfg.record_every))
+        curves = labels_seen_curves(sp, window=int(s.window), step=int(s.record_every))
         out.update(
             {
                 "curves": res.curves,
@@ -359,4 +359,4 @@ def _pairs_to_plot(pairs: pd.DataFrame, n: int | None) -> list[str]:
 
 
 def _slug(name: str) -> str:
-    return name.replace("->", "_to_").replace("/", "_")
+    return name.replace(PAIR_SEP, "_to_").replace("/", "_")

@@ -30,35 +30,6 @@ from lengthpred.online.stream import HeadSpec, StreamData, StreamResult, gain_ov
 
 log = logging.getLogger(__name__)
 
-TARGET_COLUMNS = ("y", "n_samples", "capped_frac")
-
-
-def as_target_frame(targets: Any) -> pd.DataFrame:
-    """Per-prompt targets indexed by id with columns y (tokens), n_samples, capped_frac, domain (optional).
-
-    Accepts a DataFrame (an `id` column or index; the target in `y`, `target`, `length` or `mean`) or a
-    mapping id → length.
-    """
-    if isinstance(targets, Mapping):
-        df = pd.DataFrame({"y": pd.Series(targets, dtype=float)})
-    elif isinstance(targets, pd.DataFrame):
-        df = targets.set_index("id") if "id" in targets.columns else targets.copy()
-        ycol = next((c for c in ("y", "target", "length", "mean") if c in df.columns), None)
-        if ycol is None:
-            raise DataError(f"targets frame has no target column (y/target/length/mean): {list(df.columns)}")
-        df = df.rename(columns={ycol: "y"})
-    else:
-        raise DataError(
-            f"targets must be a DataFrame or a mapping id -> length, got {type(targets).__name__}"
-        )
-    df.index = df.index.astype(str)
-    if "n_samples" not in df.columns:
-        df["n_samples"] = 1
-    if "capped_frac" not in df.columns:
-        df["capped_frac"] = 0.0
-    return df
-
-
 @dataclass
 class PairStream:
     name: str

@@ -18,10 +18,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
 
+from lengthpred.figures import MAX_SERIES  # noqa: E402
+
 _PNG_META = {"Software": None}  # no software/date stamp: same inputs, same bytes
 _TICKS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 _FINE = tuple(m * 10**e for e in range(5) for m in (1, 1.5, 2, 3, 5, 7))
-MAX_SERIES = 8
 # per-pair panels: these heads, in this order (tab10 colours by position, so none repeats in a panel)
 PAIR_HEADS = ("static", "rls@val", "sgd", "window", "oracle_refit", "indomain")
 

@@ -12,7 +12,8 @@ are drawn from, each request with one of its prompt's sampled lengths), `sources
 CASTILLO, synthetic, trace), `experiment` (grids and the results files; their schemas are in its
 docstring), `summary` (means with bootstrap intervals over seeds, gains over FCFS, the short T5).
 Real serving traces (scripts/simulate_traces.py, simulate_batching.py): `trace_windows` (a trace's windows,
-one per seed, scaled to a load), `noisy_oracle` (predictions of a set Spearman), `head_pool` and
+one per seed, scaled to a load), `noisy_oracle` (predictions of a set Spearman), `head_pool` (where the
+heads' predictions are; `lengthpred.stages.simulate` reads them with the config's targets) and
 `head_mapping` (our heads matched into a trace by length quantile), `trace_experiment` (the grid, gains,
 gain against Spearman), `batching` (static batches: padding, useful throughput), `trace_report`,
 `batching_report`, `trace_plots`. Never imports torch.

@@ -8,8 +8,9 @@ engine protocol and step record), `vllm_engine` (vLLM in-process with priority s
 step times, for tests), `clock`, `priority` (policy → vLLM priority and the simulator policy),
 `featurize` (the prefill feature row), `predictor` (predictions in the request path, RLS updates),
 `replay` (the loop), `metrics`, `profile_fit` (step times → a `HardwareProfile`), `fidelity` (simulator
-vs real), `experiment` (the comparison grid), `report` (tables, CDF and queue figures), `setup` (config →
-parts). scripts/serve.py is the entry point. vLLM, torch and matplotlib are imported lazily.
+vs real), `experiment` (the comparison grid), `report` (tables, CDF and queue figures). From a config to
+these parts: `lengthpred.stages.serve`; scripts/serve.py is the entry point. vLLM and matplotlib are
+imported lazily.
 """
 
 from lengthpred.serve.clock import VirtualClock, WallClock

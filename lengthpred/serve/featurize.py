@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -69,3 +70,16 @@ def cached_rows(featurizer: PrefillFeaturizer, ids: Sequence[str], token_ids: Se
         np.savez(tmp, **have)
         tmp.replace(path)
     return {i: have[i] for i in ids}
+
+
+class CachedFeaturizer:
+    """A featurizer with a file cache of the rows of known prompts (`cached_rows`)."""
+
+    def __init__(self, featurizer: Any, path: Path) -> None:
+        self.f, self.path = featurizer, path
+
+    def __call__(self, token_ids: list[int]) -> np.ndarray:
+        return self.f(token_ids)
+
+    def cached(self, ids: list[str], token_ids: list[list[int]]) -> dict[str, np.ndarray]:
+        return cached_rows(self.f, ids, token_ids, self.path)

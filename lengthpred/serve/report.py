@@ -84,7 +84,7 @@ def plot_latency_cdf(requests: pd.DataFrame, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lengthpred.eval.plots import plain_log_axis  # matplotlib only when plotting
+    from lengthpred.figures import plain_log_axis  # matplotlib only when plotting
 
     loads = sorted(requests["load"].unique())
     fig, axes = plt.subplots(1, len(loads), figsize=(5 * len(loads), 4), squeeze=False)

@@ -1,13 +1,14 @@
-"""From a composed config to the parts of a serving comparison: settings, prompt pool, engine, predictors.
+"""The serve stage's parts (scripts/serve.py): from a composed config to settings, prompt pool, engine and
+predictors of a serving comparison (`lengthpred.serve`).
 
 The prompts are a pooled in-domain split (`serve.split`, default every domain's test prompts), encoded as
 generation encoded them (`lengthpred.prompting.encode_prompt`); their sampled lengths come from the same
-targets the heads were fitted on (`lengthpred.targets.load_targets`: merged generations, else the
-committed reference trace), capped samples counting as the cap.
+targets the heads were fitted on (`lengthpred.stages.targets.load_targets`), capped samples counting as the cap.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -18,12 +19,24 @@ import pandas as pd
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from lengthpred.data import load_prompts, load_splits
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.models.serving import checkpoint_dir, load_causal_lm
 from lengthpred.names import FeatureKey, SplitName
+from lengthpred.online.config import rls_name, select_alpha
+from lengthpred.online.rls import RLSRegressor
+from lengthpred.prompting import encode_prompt
+from lengthpred.sched.hardware import get_profile
+from lengthpred.sched.sources import read_prediction_files
+from lengthpred.serve.clock import VirtualClock, WallClock
 from lengthpred.serve.experiment import ServeSettings
+from lengthpred.serve.fake import FakeEngine
+from lengthpred.serve.featurize import CachedFeaturizer, PrefillFeaturizer
 from lengthpred.serve.metrics import SLO
 from lengthpred.serve.predictor import NoPredictor, OnlineReadout, TablePredictor
+from lengthpred.serve.vllm_engine import VLLMEngine
 from lengthpred.serve.workload import PromptPool, build_pool
+from lengthpred.stages.targets import load_targets
 
 log = logging.getLogger("lengthpred.serve")
 
@@ -68,8 +81,6 @@ def split_ids(splits: dict, part: str) -> list[str]:
 
 def encode_ids(cfg: DictConfig, prompts: Any, ids: list[str], tokenizer: Any) -> dict[str, list[int]]:
     """Token ids of the prompts, encoded as generation encoded them (truncated past the prompt budget)."""
-    from lengthpred.prompting import encode_prompt
-
     budget = cfg.generate.max_prompt_tokens or int(cfg.model.max_context) - int(cfg.generate.max_new_tokens)
     row = {pid: k for k, pid in enumerate(prompts["id"])}
     missing = [i for i in ids if i not in row]
@@ -81,10 +92,8 @@ def encode_ids(cfg: DictConfig, prompts: Any, ids: list[str], tokenizer: Any) ->
 
 def load_inputs(cfg: DictConfig, tokenizer: Any) -> tuple[PromptPool, Any, dict, pd.DataFrame]:
     """(pool of replayed prompts, prompt table, splits, per-prompt targets)."""
-    from lengthpred.data import load_prompts, load_splits
-    from lengthpred.targets import load_targets
-
-    prompts, splits, targets = load_prompts(cfg.data), load_splits(cfg.data), load_targets(cfg)
+    prompts, splits = load_prompts(cfg.data), load_splits(cfg.data)
+    targets = load_targets(cfg, prompts=prompts)
     ids = split_ids(splits, cfg.serve.split)
     tokens = encode_ids(cfg, prompts, ids, tokenizer)
     cap = cfg.serve.length_cap
@@ -96,22 +105,14 @@ def make_engine(cfg: DictConfig) -> tuple[Any, Any]:
     """(engine, clock): vLLM on the model's checkpoint and the wall clock, or the fake engine on a virtual one."""
     ec = cfg.serve.engine
     if ec.kind == "fake":
-        from lengthpred.sched.hardware import get_profile
-        from lengthpred.serve.clock import VirtualClock, WallClock
-        from lengthpred.serve.fake import FakeEngine
-
         clock = VirtualClock() if ec.fake_clock == "virtual" else WallClock()
         prof = get_profile(ec.fake_profile, {"max_batch": int(ec.max_num_seqs),
                                              "token_budget": int(ec.max_num_batched_tokens)})
         return FakeEngine(prof, clock, max_model_len=int(ec.max_model_len)), clock
     if ec.kind != "vllm":
         raise ConfigError(f"serve.engine.kind={ec.kind!r}; valid: vllm, fake")
-    from lengthpred.models.serving import _checkpoint_dir
-    from lengthpred.serve.clock import WallClock
-    from lengthpred.serve.vllm_engine import VLLMEngine
-
     spec = instantiate(cfg.model)
-    engine = VLLMEngine(_checkpoint_dir(spec), dtype=str(ec.dtype), max_model_len=int(ec.max_model_len),
+    engine = VLLMEngine(checkpoint_dir(spec), dtype=str(ec.dtype), max_model_len=int(ec.max_model_len),
                         max_num_seqs=int(ec.max_num_seqs), max_num_batched_tokens=int(ec.max_num_batched_tokens),
                         seed=int(ec.seed), temperature=float(ec.temperature), top_p=float(ec.top_p),
                         engine_args=dict(OmegaConf.to_container(ec.args, resolve=True) or {}))
@@ -121,10 +122,6 @@ def make_engine(cfg: DictConfig) -> tuple[Any, Any]:
 def stored_predictions(path: str | Path, head: str, split: str) -> dict[str, float]:
     """A saved head's predictions on a split (glob), by prompt id, from `predictions.parquet` file(s)
     (`lengthpred.sched.sources.read_prediction_files`: the newest file that has the head)."""
-    import fnmatch
-
-    from lengthpred.sched.sources import read_prediction_files
-
     df = read_prediction_files(path)
     in_split = np.array([fnmatch.fnmatchcase(str(s), split) for s in df["split"]], dtype=bool)
     df = df[(df["head"] == head).to_numpy() & in_split]
@@ -151,7 +148,7 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
     if pc.features not in ("live", "stored"):
         raise ConfigError(f"serve.predictor.features={pc.features!r}; valid: live, stored")
     featurize, est = _rls_readout(cfg, pool, prompts, splits, targets, tokenizer)
-    label = f"rls@{float(pc.forgetting):g}" + ("" if pc.features == "live" else "+stored")
+    label = rls_name(pc.forgetting) + ("" if pc.features == "live" else "+stored")
     live = pc.features == "live"
     if live:
         def rows(req):
@@ -164,34 +161,16 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
     return lambda policy: (label, OnlineReadout(rows, est, live=live, name=label) if policy == "sjf" else NoPredictor())
 
 
-class _CachedFeaturizer:
-    def __init__(self, featurizer: Any, path: Path) -> None:
-        self.f, self.path = featurizer, path
-
-    def __call__(self, token_ids: list[int]) -> np.ndarray:
-        return self.f(token_ids)
-
-    def cached(self, ids: list[str], token_ids: list[list[int]]) -> dict[str, np.ndarray]:
-        from lengthpred.serve.featurize import cached_rows
-
-        return cached_rows(self.f, ids, token_ids, self.path)
-
-
 def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, targets: pd.DataFrame,
-                 tokenizer: Any) -> tuple[_CachedFeaturizer, Any]:
+                 tokenizer: Any) -> tuple[CachedFeaturizer, Any]:
     """The embedded model's prefill featurizer and an RLS readout warm-started (ridge, alpha by RidgeCV as
     the linear head chooses it) on the `fit_split` prompts' features and targets."""
-    from lengthpred.models.serving import load_causal_lm
-    from lengthpred.online.config import select_alpha
-    from lengthpred.online.rls import RLSRegressor
-    from lengthpred.serve.featurize import PrefillFeaturizer
-
     pc = cfg.serve.predictor
     spec = instantiate(cfg.model)
     model, _ = load_causal_lm(spec)
     f = PrefillFeaturizer(model, int(pc.layer), threads=pc.threads)
     path = Path(pc.cache_dir) / f"{cfg.model.name}-{spec.dtype}-{FeatureKey(int(pc.layer), 'last')}.npz"
-    feat = _CachedFeaturizer(f, path)
+    feat = CachedFeaturizer(f, path)
     ids = [i for i in split_ids(splits, pc.fit_split) if i in targets.index]
     tokens = encode_ids(cfg, prompts, ids, tokenizer)
     X = np.stack([v for v in feat.cached(ids, [tokens[i] for i in ids]).values()])  # [n, d]

@@ -1,5 +1,6 @@
-"""The costs stage from an experiment's Hydra config: find its saved heads, sample its prompts, open the
-feature stores the heads were trained on and the serving model, then measure (lengthpred.costs.measure)."""
+"""The costs stage (`scripts/measure_costs.py`, T6): find an experiment's saved heads, sample its prompts,
+open the feature stores the heads were trained on and the serving model, then measure
+(`lengthpred.costs.measure_costs`)."""
 
 from __future__ import annotations
 
@@ -9,26 +10,29 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from lengthpred.costs.measure import PREFILL_KINDS, CostSettings, Sample, measure_costs
-from lengthpred.costs.runs import find_head_runs
-from lengthpred.errors import ConfigError, DataError
+from lengthpred.data import load_prompts, load_splits
+from lengthpred.errors import ConfigError, DataError, LengthpredError
+from lengthpred.features.store import FeatureStores, load_features
+from lengthpred.heads.assemble import indomain_ids, prompt_text
+from lengthpred.heads.base import HEADS
+from lengthpred.models.serving import load_causal_lm
+from lengthpred.paths import resolve
+from lengthpred.stages.features import feature_dir, feature_settings, run_stores
+from lengthpred.stages.heads import feature_need
+from lengthpred.stages.runs import find_head_runs, newest
 
 log = logging.getLogger(__name__)
 
 
 def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
     """Measure the costs of every saved head of `cfg`'s experiment on its own prompts, features and model."""
-    from lengthpred.data import load_prompts, load_splits
-    from lengthpred.heads.assemble import indomain_ids, prompt_text
-    from lengthpred.heads.base import HEADS
-    from lengthpred.paths import resolve
-
-    ccfg = cfg.get("costs") or {}
+    ccfg = cfg.costs
     settings = CostSettings.from_cfg(ccfg)
-    exp_dir = resolve(
-        ccfg.get("experiment_dir") or Path(str(cfg.paths.root_dir)) / "outputs" / str(cfg.experiment_name)
-    )
+    exp_dir = resolve(str(ccfg.experiment_dir))  # `${paths.experiment_dir}` unless overridden
     runs = find_head_runs(exp_dir, settings.heads)
     model_name = str(cfg.model.name)
     other = [f"{r.name} ({r.model})" for r in runs if r.model not in (None, model_name)]
@@ -50,8 +54,6 @@ def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
     configs = [r.config for r in runs if r.config is not None and HEADS.get(r.name).input_kind in store_kinds]
     stores = _feature_stores([*configs, cfg], prompts, ids) if needs_store else None
     if stores is None and kinds & store_kinds:
-        from lengthpred.features import feature_dir
-
         raise DataError(f"no feature store at {feature_dir(cfg, prompts)}: run scripts/extract.py first")
     sample = Sample(
         ids=ids,
@@ -67,24 +69,15 @@ def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
         if stores is None:
             log.warning("costs: no feature store, so no rls@λ rows")
         else:
-            from omegaconf import OmegaConf
-
             online = OmegaConf.to_container(cfg.online, resolve=True)
     needs_model = online is not None or any(
         r.pooling is not None and HEADS.get(r.name).input_kind == "features" for r in runs
     )
     model = tokenizer = fsettings = max_tokens = None
     if needs_model:
-        from hydra.utils import instantiate
-
-        from lengthpred.features import settings_from_cfg
-        from lengthpred.models import load_causal_lm
-
         model, tokenizer = load_causal_lm(instantiate(cfg.model))
-        fsettings = settings_from_cfg(cfg)
+        fsettings = feature_settings(cfg)
         max_tokens = fsettings.max_prompt_tokens or getattr(model.config, "max_position_embeddings", None)
-    from lengthpred.eval.report import newest
-
     pattern = settings.online_summary
     summary = Path(pattern) if pattern and Path(pattern).is_absolute() else newest(exp_dir, pattern)
     doc = measure_costs(
@@ -100,7 +93,7 @@ def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
         progress=progress,
     )
     doc["meta"] |= {
-        "experiment": str(cfg.get("experiment_name")),
+        "experiment": str(cfg.experiment_name),
         "model": model_name,
         "data": str(cfg.data.name),
         "experiment_dir": str(exp_dir),
@@ -109,61 +102,10 @@ def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
     return doc
 
 
-class FeatureStores:
-    """Several stored feature sets (subset to the same ids) read as one: a column comes from the first
-    that holds it."""
-
-    def __init__(self, sets: Sequence[Any]):
-        self.sets = list(sets)
-
-    def get(self, name: str) -> np.ndarray:
-        for fs in self.sets:
-            if name in fs.names:
-                return fs.get(name)
-        raise DataError(f"feature {name!r} is in none of the stores {[str(fs.root) for fs in self.sets]}")
-
-    def token_inputs(self, layer: int) -> list[np.ndarray]:
-        for fs in self.sets:
-            if int(layer) in (fs.manifest.get("token_layers") or []):
-                return fs.token_inputs(int(layer))
-        raise DataError(
-            f"layer {layer} is stored token-level in none of {[str(fs.root) for fs in self.sets]}; "
-            f"extract with features.token_layers=[{layer}]"
-        )
-
-    def n_prompt_tokens(self) -> np.ndarray | None:
-        return next(
-            (fs.get("n_prompt_tokens")[:, 0] for fs in self.sets if "n_prompt_tokens" in fs.names), None
-        )
-
-
 def _feature_stores(configs: Sequence[Any], prompts: Any, ids: Sequence[str]) -> FeatureStores | None:
     """The complete stores of these configs that hold every id (each once, in order), or None."""
-    from lengthpred.errors import LengthpredError
-    from lengthpred.features import feature_dir, load_features, settings_from_cfg
-    from lengthpred.features.store import MANIFEST
-    from lengthpred.heads.run import feature_need
-
-    roots: list[Path] = []
-    for c in configs:
-        try:
-            root = feature_dir(c, prompts)
-        except Exception as e:  # a run config that no longer resolves: its store cannot be found
-            log.info("costs: cannot locate a run's feature store (%s)", e)
-            continue
-        if root not in roots and (root / MANIFEST).is_file():
-            roots.append(root)
-    # a head trained before its config's full store existed was fitted on a reduced store of its own
-    # (features.ensure_features(need=...)), at the same settings reduced to what it reads
-    for c in configs:
-        try:
-            root = feature_dir(c, prompts, settings_from_cfg(c).only([feature_need(c.head)]))
-        except Exception:  # no head in this config (the current one) or one that no longer resolves
-            continue
-        if root not in roots and (root / MANIFEST).is_file():
-            roots.append(root)
     sets = []
-    for root in roots:
+    for root in run_stores(configs, prompts, ids, lambda c: feature_need(c.head)):
         try:
             sets.append(load_features(root).subset(ids))
         except LengthpredError as e:  # incomplete (being extracted) or lacking these prompts

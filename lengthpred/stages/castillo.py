@@ -1,4 +1,5 @@
-"""`experiment=castillo`: the whole cross-model run, stage by stage, each stage timed.
+"""The castillo stage (`experiment=castillo`, scripts/castillo.py): the whole cross-model run, step by step,
+each step timed (the library parts live in `lengthpred.crossmodel`).
 
 union (read every CASTILLO file) → sample (`data.per_dataset` prompts per dataset) → split (shared, by
 prompt, stratified by dataset) → token counts (truncation counted) → features (one prefill per prompt,
@@ -16,16 +17,17 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.crossmodel.ceilings import POOLED, ceiling_lookup, ceiling_range, ceiling_table
-from lengthpred.crossmodel.fits import HeadSpec, fit_all, head_specs
+from lengthpred.crossmodel.fits import HeadSpec, fit_all
 from lengthpred.crossmodel.inputs import PromptInputs, prompt_tokens
 from lengthpred.crossmodel.plots import achieved_vs_ceiling, heatmap_transfer
 from lengthpred.crossmodel.scoring import score_all, transfer_matrix, write_results
@@ -36,11 +38,15 @@ from lengthpred.crossmodel.split import (
     sample_per_dataset,
     stratified_split,
 )
-from lengthpred.crossmodel.table import short_model
+from lengthpred.crossmodel.table import ALL_MODELS, short_model
 from lengthpred.crossmodel.tables import table_ceilings, table_t7, table_t7_datasets, table_t7_summary
 from lengthpred.crossmodel.union import PromptUnion, read_union
 from lengthpred.errors import ConfigError
+from lengthpred.heads import HEADS
+from lengthpred.models import load_tokenizer
 from lengthpred.paths import resolve
+from lengthpred.stages.features import ensure_features, feature_settings
+from lengthpred.stages.heads import check_features_config, feature_name, head_config
 
 log = logging.getLogger("lengthpred.crossmodel")
 
@@ -65,9 +71,40 @@ class Timer:
 def load_union(data: DictConfig) -> PromptUnion:
     if data.get("kind") != "castillo_union":
         raise ConfigError(f"experiment=castillo reads data=castillo_all (kind castillo_union), not data={data.name}")
-    return read_union(resolve(str(data.root)), models=data.get("models", "all"), datasets=data.get("datasets", "all"),
+    return read_union(resolve(str(data.root)), models=data.models, datasets=data.datasets,
                       prompt_field=str(data.prompt_field), length_field=str(data.length_field),
-                      n_samples=int(data.n_samples), cap=data.get("cap"), on_bad_input=str(data.on_bad_input))
+                      n_samples=int(data.n_samples), cap=data.cap, on_bad_input=str(data.on_bad_input))
+
+
+def _targets(value: Any, models: Sequence[str], what: str) -> tuple[str, ...]:
+    """`all` → every model then ALL_MODELS; else the listed names (each a model or ALL_MODELS)."""
+    if value in (None, "all"):
+        return (*models, ALL_MODELS)
+    names = tuple(str(v) for v in value)
+    unknown = [n for n in names if n not in models and n != ALL_MODELS]
+    if unknown:
+        raise ConfigError(f"crossmodel.{what}: unknown {unknown}; valid: {ALL_MODELS} or one of {list(models)}")
+    return names
+
+
+def head_specs(cfg: DictConfig, models: Sequence[str]) -> list[HeadSpec]:
+    """`crossmodel.heads` on `crossmodel.fit_targets`, `crossmodel.proxy_heads` on `crossmodel.proxy_targets`,
+    each from conf/head/<name>.yaml merged with `crossmodel.head_overrides.<name>`."""
+    cm = cfg.crossmodel
+    overrides = OmegaConf.to_container(cm.head_overrides, resolve=True) if cm.head_overrides else {}
+    specs = []
+    for names, key in ((cm.heads, "fit_targets"), (cm.proxy_heads or [], "proxy_targets")):
+        targets = _targets(cm[key], models, key)
+        for name in names:
+            HEADS.get(str(name))  # an unknown head lists the valid ones
+            merged = OmegaConf.merge(head_config(cfg, str(name)), overrides.get(str(name)) or {})
+            hcfg = OmegaConf.to_container(merged, resolve=True)
+            feature = feature_name(merged) if HEADS.get(str(name)).input_kind == "features" else None
+            if HEADS.get(str(name)).input_kind == "tokens":
+                raise ConfigError(f"crossmodel: head {name!r} reads token-level states; this experiment stores "
+                                  "pooled columns only (use linear, probe, egtp, estp)")
+            specs.append(HeadSpec(str(name), hcfg | {"feature": feature}, feature, targets))
+    return specs
 
 
 def _check_heads(cm: DictConfig, specs: list[HeadSpec]) -> None:
@@ -81,10 +118,7 @@ def _check_heads(cm: DictConfig, specs: list[HeadSpec]) -> None:
 
 def _feature_columns(cfg: DictConfig, specs: list[HeadSpec]) -> list[str]:
     """The columns the heads read, checked against the features config before any extraction."""
-    from lengthpred.features import settings_from_cfg
-    from lengthpred.heads.run import check_features_config
-
-    settings = settings_from_cfg(cfg)
+    settings = feature_settings(cfg)
     cols = []
     for s in specs:
         if s.feature is not None:
@@ -108,7 +142,7 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     timer = Timer()
-    seed = int(data.get("seed", cfg.get("seed", 0)))
+    seed = int(data.seed)
     with timer.stage("union"):
         union = load_union(data)
         specs = head_specs(cfg, union.table.models)
@@ -117,7 +151,7 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
         _write_union(union, out)
     table, dataset_of = union.table, union.dataset_of
     with timer.stage("split"):
-        chosen = sample_per_dataset(table.ids, dataset_of, data.get("per_dataset"), seed)
+        chosen = sample_per_dataset(table.ids, dataset_of, data.per_dataset, seed)
         split = stratified_split(chosen, dataset_of, data.split, seed)
         cov = coverage(table, split, dataset_of)
         warnings = coverage_warnings(cov, int(cm.min_train), int(cm.min_test))
@@ -129,23 +163,17 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
     records = [by_id[i] for i in chosen]
     with timer.stage("tokens"):
         if tokenizer is None:
-            from hydra.utils import instantiate
-
-            from lengthpred.models import load_tokenizer
-
             tokenizer = load_tokenizer(instantiate(cfg.model))
         n_tokens = prompt_tokens(tokenizer, records)
     features = None
     if columns:
-        from lengthpred.features import ensure_features
-
         with timer.stage("features"):
             prompts = [{"id": r["id"], "messages": r["messages"]} for r in records]
             features = ensure_features(cfg, prompts, model=model, tokenizer=tokenizer)
     inputs = PromptInputs.build(records, features, columns, n_tokens)
     fits_frames, pred_frames = [], []
     for kind in ("heads", "proxy_heads"):
-        group = [s for s in specs if (s.name in (cm.get("proxy_heads") or [])) == (kind == "proxy_heads")]
+        group = [s for s in specs if (s.name in (cm.proxy_heads or [])) == (kind == "proxy_heads")]
         if not group:
             continue
         with timer.stage(f"fit {kind}"):
@@ -218,7 +246,7 @@ def _report(cfg: DictConfig, union: PromptUnion, results: pd.DataFrame, fits: pd
         written += [p] if p else []
     p = achieved_vs_ceiling(results, look, models, primary, out / "plots" / "castillo_vs_ceiling.png")
     written += [p] if p else []
-    if cm.get("docs_dir"):
+    if cm.docs_dir:
         docs = resolve(str(cm.docs_dir))
         for w in written:
             dst = docs / ("figures" if w.suffix == ".png" else "") / f"{'' if w.suffix == '.png' else 'castillo_'}{w.name}"

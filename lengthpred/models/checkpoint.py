@@ -1,0 +1,100 @@
+"""A serving model's checkpoint on disk: an embedded GGUF dequantised once into safetensors, a local
+checkpoint or an HF id; and its tokenizer (`serving_tokenizer`: the embedded SmolLM2's, loaded once).
+
+Nothing here reaches a model hub unless the spec names an HF id. transformers is imported where a file is read.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+from lengthpred.errors import ModelError
+from lengthpred.models.specs import ModelSpec, _package_dir, embedded_serving_spec
+from lengthpred.paths import resolve
+
+log = logging.getLogger(__name__)
+
+
+def _gguf_source(spec: ModelSpec) -> tuple[Path, str] | None:
+    """(dir, gguf file name) when the spec points at a GGUF, else None."""
+    if not spec.gguf_file:
+        return None
+    src_dir = _package_dir(spec) if spec.package else resolve(spec.path)
+    f = src_dir / spec.gguf_file
+    if not f.is_file():
+        raise ModelError(f"model {spec.name!r}: GGUF file not found: {f}; reinstall with `make setup`")
+    return src_dir, spec.gguf_file
+
+
+def _cache_ready(cache: Path) -> bool:
+    return (cache / "config.json").is_file() and any(cache.glob("*.safetensors")) and (
+        cache / "tokenizer_config.json"
+    ).is_file()
+
+
+def convert_gguf(spec: ModelSpec) -> Path:
+    """Dequantise a GGUF once and save it as safetensors under `spec.cache_dir` (≈20 s; reload ≈0.1 s).
+
+    A GGUF-loaded model refuses `save_pretrained`, so build a fresh model from the GGUF's config,
+    load the dequantised state dict into it and save that.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    src = _gguf_source(spec)
+    if src is None or not spec.cache_dir:
+        raise ModelError(f"model {spec.name!r}: convert_gguf needs gguf_file and cache_dir")
+    cache = resolve(spec.cache_dir)
+    if _cache_ready(cache):
+        return cache
+    src_dir, gguf = src
+    log.info("dequantising %s/%s into %s (once)", src_dir, gguf, cache)
+    tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=gguf)
+    config = AutoConfig.from_pretrained(src_dir, gguf_file=gguf)
+    loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=gguf, dtype=torch.float32)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
+    if missing or unexpected:
+        raise ModelError(f"GGUF conversion of {spec.name!r}: missing {missing[:3]} unexpected {unexpected[:3]}")
+    fresh.generation_config = loaded.generation_config
+    tmp = cache.with_name(cache.name + ".tmp")
+    fresh.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    tmp.rename(cache)  # atomic: a crash mid-save leaves no half cache behind
+    return cache
+
+
+def checkpoint_dir(spec: ModelSpec) -> str:
+    """The directory or hub id `from_pretrained` should read."""
+    if spec.gguf_file:
+        return str(convert_gguf(spec))
+    if spec.path:
+        p = resolve(spec.path)
+        if not p.is_dir() or not (p / "config.json").is_file():
+            raise ModelError(f"model {spec.name!r}: {p} is not a readable HF checkpoint dir (no config.json)")
+        return str(p)
+    return spec.hf_id  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=1)
+def serving_tokenizer():
+    """The embedded serving model's (SmolLM2) tokenizer, loaded once: the tiny test model borrows it, and the
+    data stage counts tokens with it whatever model later generates."""
+    return load_tokenizer(embedded_serving_spec())
+
+
+def load_tokenizer(spec: ModelSpec):
+    """The serving model's tokenizer (with its chat template). The tiny model borrows SmolLM2's."""
+    from transformers import AutoTokenizer
+
+    if spec.tiny:
+        return serving_tokenizer()
+    try:
+        tok = AutoTokenizer.from_pretrained(checkpoint_dir(spec))
+    except OSError as e:
+        raise ModelError(f"model {spec.name!r}: cannot load tokenizer ({e.__class__.__name__}: {e})") from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok

@@ -1,0 +1,19 @@
+"""The stage layer: every "X for this config" of the project, and the one package that reads a Hydra config.
+
+Scripts (`scripts/*.py`) call these modules; the library packages below take arrays and plain settings
+objects and never import hydra or omegaconf (`make lint` checks both directions: pyproject.toml's
+import-linter contracts). Importing this package imports none of its modules: each pulls in only what its
+stage needs (`stages.simulate` never imports torch).
+
+Where things come from:
+- `locations`: where every artefact and output lives (`experiment_dir` = `paths.experiment_dir`,
+  `outputs/<experiment_name>/`; `run_dir`, `reference_path`, `generations_dir`).
+- `targets`: the per-prompt targets of a config (`load_targets`, the one resolver of `targets_from`),
+  the simulator's sampled lengths (`request_targets`), the noise ceiling's samples, `export_reference`.
+- `runs`: which runs an experiment holds (`newest` output of a glob, `find_head_runs`: saved heads).
+- `features`: a config's feature settings, store folder and `ensure_features`.
+- `heads`: a head config's class (`params._target_`), `build`, the feature it reads, `head_config(name)`, and
+  the constructors' defaults every `conf/head/*.yaml` starts from (`register_head_params`).
+- one module per stage: `data` (prepare), `generate`, `train`, `sweep`, `adapt`, `costs` (T6), `simulate`
+  (the request pools), `serve`, `castillo`; `shards` (`shard=i/n`).
+"""

@@ -1,0 +1,109 @@
+"""A config's feature store: its settings, its folder (cache key) and `ensure_features` (find or extract).
+
+`data/features/<model>/<cache-key>/`, the key a hash of the settings, the model identity and the prompts
+(lengthpred.features.settings.cache_key): the same features are found whatever split or stage asks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+
+from lengthpred.errors import ConfigError, LengthpredError
+from lengthpred.features import extract as fx
+from lengthpred.features.settings import FeatureSettings, cache_key, prompts_hash
+from lengthpred.features.store import MANIFEST, FeatureSet, load_features
+from lengthpred.models.serving import load_causal_lm
+from lengthpred.stages.locations import data_dir
+from lengthpred.stages.shards import parse_shard
+
+log = logging.getLogger(__name__)
+
+
+def feature_settings(cfg: Any) -> FeatureSettings:
+    """FeatureSettings from a whole config: `features.max_prompt_tokens: null` takes generation's budget."""
+    d = dict(cfg.features)
+    if d.get("max_prompt_tokens") is None:
+        gen = cfg.get("generate") or {}
+        if gen.get("max_prompt_tokens") is not None:
+            d["max_prompt_tokens"] = gen["max_prompt_tokens"]
+        elif cfg.model.get("max_context") and gen.get("max_new_tokens"):
+            room = int(cfg.model.max_context) - int(gen["max_new_tokens"])
+            if room < 1:
+                raise ConfigError(f"model.max_context={cfg.model.max_context} leaves no prompt tokens after "
+                                  f"generate.max_new_tokens={gen['max_new_tokens']}; set features.max_prompt_tokens")
+            d["max_prompt_tokens"] = room
+        elif cfg.model.get("max_context"):
+            d["max_prompt_tokens"] = int(cfg.model.max_context)
+    return FeatureSettings.from_cfg(d)
+
+
+def feature_dir(cfg: Any, prompts: Any, settings: FeatureSettings | None = None) -> Path:
+    """The cache folder the config (or `settings` in its place) + prompts map to (existing or not)."""
+    settings = settings or feature_settings(cfg)
+    records = fx.prompt_records(prompts)
+    if settings.limit:
+        records = records[: settings.limit]
+    key = cache_key(settings, fx.model_identity(cfg.model.name, cfg.model.dtype), prompts_hash(records))
+    return data_dir(cfg) / "features" / str(cfg.model.name) / key
+
+
+def extract(cfg: Any, model: Any, tokenizer: Any, prompts: Any, *, settings: FeatureSettings | None = None,
+            out_dir: str | Path | None = None) -> Path:
+    """Extract this config's features (its settings, `model.name`, `shard`) into its folder (or `out_dir`)."""
+    settings = settings or feature_settings(cfg)
+    out = out_dir if out_dir is not None else feature_dir(cfg, prompts, settings)
+    return fx.extract_features(settings, model, tokenizer, prompts, out_dir=out, model_name=str(cfg.model.name),
+                               shard=parse_shard(cfg.shard))
+
+
+def ensure_features(cfg: Any, prompts: Any, model: Any = None, tokenizer: Any = None, *,
+                    need: Sequence[tuple[int | None, str | None]] | None = None) -> FeatureSet:
+    """Load the features for (config, prompts) from the cache, extracting whatever is missing first.
+
+    `need`: the (layer, pooling) pairs the caller reads (`FeatureSettings.only`). The config's full store
+    is used when it exists; otherwise only what is needed is extracted (a store of its own), so that
+    `train.py head=linear` on a new trace does not pay for every layer, entropy and attention.
+    """
+    settings = feature_settings(cfg)
+    root, shard = feature_dir(cfg, prompts, settings), parse_shard(cfg.shard)
+    if need is not None and not (root / MANIFEST).is_file():
+        settings, shard = settings.only(need), (0, 1)  # a reduced store of its own, never sharded
+        root = feature_dir(cfg, prompts, settings)
+    if (root / MANIFEST).is_file():
+        try:
+            return load_features(root)
+        except LengthpredError:
+            log.info("features at %s incomplete: resuming", root)
+    if model is None:
+        model, tokenizer = load_causal_lm(instantiate(cfg.model))
+    out = fx.extract_features(settings, model, tokenizer, prompts, out_dir=root, model_name=str(cfg.model.name),
+                              shard=shard)
+    return load_features(out)
+
+
+def run_stores(configs: Sequence[Any], prompts: Any, ids: Sequence[str], need: Any) -> list[Path]:
+    """The complete stores of these (run) configs, each once in order: each config's full store, then the
+    reduced store a head trained before its config's full store existed was fitted on
+    (`ensure_features(need=...)`; `need(cfg)` gives its (layer, pooling) or raises for a config without a head)."""
+    roots: list[Path] = []
+    for c in configs:
+        try:
+            root = feature_dir(c, prompts)
+        except Exception as e:  # a run config that no longer resolves: its store cannot be found
+            log.info("cannot locate a run's feature store (%s)", e)
+            continue
+        if root not in roots and (root / MANIFEST).is_file():
+            roots.append(root)
+    for c in configs:
+        try:
+            root = feature_dir(c, prompts, feature_settings(c).only([need(c)]))
+        except Exception:  # no head in this config (the current one) or one that no longer resolves
+            continue
+        if root not in roots and (root / MANIFEST).is_file():
+            roots.append(root)
+    return roots

@@ -1,0 +1,61 @@
+"""The generate stage: the serving model's own answers for every prompt of a config (scripts/generate.py)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+
+from lengthpred.data import load_prompts
+from lengthpred.generate import reference_parts, store
+from lengthpred.generate.backends import make_backend
+from lengthpred.generate.runner import RunSummary, run_generation
+from lengthpred.generate.settings import GenerationSettings
+from lengthpred.stages.locations import generations_dir, reference_path
+from lengthpred.stages.shards import parse_shard
+
+log = logging.getLogger(__name__)
+
+
+def generate_from_cfg(cfg: Any, prompts: Any = None, *, model: Any = None, tokenizer: Any = None,
+                      progress: bool = True) -> RunSummary:
+    """Run the generate stage for `cfg` (model, data, generate, shard); prompts default to
+    `lengthpred.data.load_prompts(cfg.data)`."""
+    settings = GenerationSettings.from_cfg(cfg.generate)
+    spec = instantiate(cfg.model)
+    if prompts is None:
+        prompts = load_prompts(cfg.data)
+    backend, tokenizer, ctx = make_backend(settings, spec, model=model, tokenizer=tokenizer, device=cfg.device)
+    root = generations_dir(cfg, settings)
+    manifest = {"model": spec.name, "data": cfg.data.name, "dtype": spec.dtype, "max_context": ctx}
+    skip, on_part = None, None
+    if cfg.generate.commit_parts:
+        folder = reference_parts.parts_dir(reference_path(cfg))
+        skip = reference_parts.done_ids(folder, settings.hashed())
+        part_meta = {**manifest, "settings": settings.hashed(), "settings_hash": settings.settings_hash()}
+
+        def on_part(rows):
+            reference_parts.write_part(rows, folder, part_meta)
+
+    summary = run_generation(prompts, backend, tokenizer, settings, root, max_context=ctx,
+                             shard=parse_shard(cfg.shard), manifest=manifest, progress=progress,
+                             skip=skip, on_part=on_part)
+    if cfg.generate.commit_parts:
+        summary.reference = merge_committed_parts(cfg, prompts, settings, manifest)
+    return summary
+
+
+def merge_committed_parts(cfg: Any, prompts: Any, settings: GenerationSettings, manifest: dict) -> Path | None:
+    """The whole reference trace from its committed parts once they cover every prompt of the set
+    (none rejected); None while prompts are missing."""
+    folder = reference_parts.parts_dir(reference_path(cfg))
+    rejected = store.rejected(generations_dir(cfg, settings))
+    expected = [i for i in prompts["id"] if i not in rejected]
+    missing = set(expected) - reference_parts.done_ids(folder, settings.hashed())
+    if missing:
+        log.info("reference parts: %d of %d prompts still to generate", len(missing), len(expected))
+        return None
+    meta = {**manifest, "settings_hash": settings.settings_hash(), "rejected": rejected}
+    return reference_parts.merge_parts(folder, expected, settings.hashed(), reference_path(cfg), meta)

@@ -1,0 +1,19 @@
+"""`shard=i/n`: this process's slice of a long stage (README "Sharding and resuming")."""
+
+from __future__ import annotations
+
+from lengthpred.errors import ConfigError
+
+
+def parse_shard(shard: str | None) -> tuple[int, int]:
+    """`"i/n"` → (i, n) with 0 ≤ i < n; None or "" → (0, 1)."""
+    if shard in (None, ""):
+        return 0, 1
+    try:
+        i_s, n_s = str(shard).split("/")
+        i, n = int(i_s), int(n_s)
+    except ValueError:
+        raise ConfigError(f"shard={shard!r} is not of the form i/n (e.g. shard=0/4)") from None
+    if n < 1 or not 0 <= i < n:
+        raise ConfigError(f"shard={shard!r}: need 0 <= i < n")
+    return i, n

@@ -1,0 +1,48 @@
+"""The sweep stage (`scripts/sweep_features.py`): fit the `cfg.sweep` grid of (head, layer, pooling) on a
+config's in-domain splits (`lengthpred.heads.sweep`), write `sweep.csv` and `sweep.md`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lengthpred.data import load_prompts, load_splits
+from lengthpred.heads.assemble import indomain_ids
+from lengthpred.heads.base import HEADS
+from lengthpred.heads.sweep import fit_cells, grid
+from lengthpred.heads.sweep import render as render_rows
+from lengthpred.names import FeatureKey
+from lengthpred.stages.features import ensure_features, feature_settings
+from lengthpred.stages.heads import check_features_config, head_config
+from lengthpred.stages.targets import load_targets
+from lengthpred.targets import target_frame
+
+
+def sweep_features(cfg: Any, out_dir: str | Path) -> pd.DataFrame:
+    """Fit every cell of `cfg.sweep`; write `sweep.csv` and `sweep.md` into `out_dir` and return the rows."""
+    s = cfg.sweep
+    cells = grid(list(s.heads), list(s.layers), list(s.poolings))
+    settings = feature_settings(cfg)
+    for h, layer, pooling in cells:  # every refusal before the (possibly long) feature extraction
+        token = HEADS.get(h).input_kind == "tokens"
+        check_features_config(settings, None if token else str(FeatureKey(layer, pooling)), layer if token else None,
+                              pooling)
+    prompts = load_prompts(cfg.data)
+    by_id = {r["id"]: r for r in prompts}
+    targets = target_frame(load_targets(cfg, prompts=prompts))
+    features = ensure_features(cfg, prompts, need=[(layer, pooling) for _, layer, pooling in cells])
+    ids = indomain_ids(load_splits(cfg.data))
+    head_cfgs = {h: head_config(cfg, h) for h in dict.fromkeys(h for h, _, _ in cells)}
+    df = fit_cells(cells, head_cfgs, ids, by_id, targets, features, n_boot=int(s.n_boot), seed=int(cfg.seed))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "sweep.csv", index=False)
+    (out / "sweep.md").write_text(render(df, cfg) + "\n")
+    return df
+
+
+def render(df: pd.DataFrame, cfg: Any) -> str:
+    """The sweep's Markdown table for this config's model and data."""
+    return render_rows(df, str(cfg.model.name), str(cfg.data.name))

@@ -1,0 +1,171 @@
+"""The train stage (`scripts/train.py`): load prompts/splits/targets/features for a config, train one head,
+write metrics.json, the saved head and predictions.parquet into the run directory.
+
+The in-domain fit runs over `head.n_seeds` seeds (lengthpred.seeds) and keeps the first seed's head. After
+it, the same head (same config and val-based selection, first seed only) is fitted per cross-domain pair of
+splits.json (lengthpred.heads.cross) unless the root `cross_domain` key switches that off."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig
+from threadpoolctl import threadpool_limits
+
+from lengthpred.data import load_prompts, load_splits
+from lengthpred.errors import DataError
+from lengthpred.eval.predictions import PREDICTIONS_NAME, append_predictions
+from lengthpred.heads.assemble import forelen_ids, indomain_ids, labeled_set, per_domain_split_names
+from lengthpred.heads.base import HEADS, LabeledSet
+from lengthpred.heads.cross import CROSS_MODES, cross_mode, fit_cross, select_cross
+from lengthpred.heads.training import per_domain_scores, predictions_frame, run_training, score
+from lengthpred.names import SplitName
+from lengthpred.stages.features import ensure_features, feature_settings
+from lengthpred.stages.heads import build, check_features_config, feature_name, feature_need, head_name, plain
+from lengthpred.stages.targets import load_targets
+from lengthpred.targets import target_frame
+
+log = logging.getLogger("lengthpred.heads")
+PREDICTIONS = PREDICTIONS_NAME
+
+
+@dataclass
+class StageInputs:
+    """What a head's fits read for a config: prompt records, splits.json, targets and (for heads that read
+    them) features; `labeled` turns ids into a LabeledSet with this head's feature / token layer."""
+
+    head: str
+    feature: str | None
+    token_layer: int | None
+    by_id: dict[str, dict[str, Any]]
+    splits: dict[str, Any]
+    targets: pd.DataFrame
+    features: Any = None
+
+    def labeled(self, ids: Sequence[str], split: str) -> LabeledSet:
+        return labeled_set(
+            ids,
+            self.by_id,
+            self.targets,
+            features=self.features,
+            feature=self.feature,
+            token_layer=self.token_layer,
+            split=split,
+        )
+
+    def labeled_or_none(self, ids: Sequence[str], split: str) -> LabeledSet | None:
+        """None when no id has a target (a pair with nothing to fit or score)."""
+        return self.labeled(ids, split) if any(i in self.targets.index for i in ids) else None
+
+
+def load_stage_inputs(cfg: DictConfig) -> StageInputs:
+    """Check the head config against the features config, then load (extracting features when missing)."""
+    hcfg = cfg.head
+    build(hcfg)  # config errors first
+    name = head_name(hcfg)
+    kind = HEADS.get(name).input_kind
+    feature = feature_name(hcfg) if kind == "features" else None
+    token_layer = int(hcfg.layer) if kind == "tokens" else None
+    if kind == "features" and feature is None:
+        raise DataError(f"head {name!r} reads features: set head.layer and head.pooling")
+
+    prompts = load_prompts(cfg.data)
+    inputs = StageInputs(
+        name,
+        feature,
+        token_layer,
+        by_id={r["id"]: r for r in prompts},
+        splits=load_splits(cfg.data),
+        targets=target_frame(load_targets(cfg, prompts=prompts)),
+    )
+    if kind in ("features", "tokens", "n_prompt_tokens"):
+        check_features_config(feature_settings(cfg), feature, token_layer, str(hcfg.get("pooling")))
+        inputs.features = ensure_features(cfg, prompts, need=[feature_need(hcfg)])  # a new trace: only this
+    return inputs
+
+
+def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None) -> dict[str, Any]:
+    """Fit `cfg.head` on the pooled in-domain train split, select on val, score on test (and ForeLen subsets);
+    then per cross-domain pair (root `cross_domain`: true | false | single | mix)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    mode = cross_mode(cfg.cross_domain)
+    data = load_stage_inputs(cfg)
+    name, feature, splits = data.head, data.feature, data.splits
+    klass = HEADS.get(name)
+    ids = indomain_ids(splits)
+    sets = {part: data.labeled(ids[part], part) for part in ("train", "val", "test")}
+    head_cfg = plain(cfg.head) | {"feature": feature}
+    with threadpool_limits(limits=1, user_api="blas"):  # see lengthpred.heads.cross: small fits, busy cores
+        head, metrics, preds = run_training(
+            name,
+            head_cfg,
+            sets["train"],
+            sets["val"],
+            sets["test"],
+            split=per_domain_split_names(sets["test"]),
+            n_seeds=int(head_cfg.get("n_seeds") or 1),  # in-domain only: the cross pairs use the first seed
+        )
+    metrics["per_domain"] = per_domain_scores(preds)
+    frames = [preds]
+    seen = set(ids["train"]) | set(ids["val"])
+    for split_name, sub_ids in forelen_ids(splits, seen).items():
+        sub = data.labeled(sub_ids, split_name)
+        if len(sub):
+            y_pred = head.predict(sub.inputs.x_for(klass.input_kind))
+            frames.append(predictions_frame(name, split_name, sub, y_pred))
+            metrics.setdefault("forelen", {})[split_name] = {**score(sub.y, y_pred), "n": len(sub)}
+    cross_pairs = select_cross(splits.get("cross") or [], mode)
+    if cross_pairs:
+        cross = fit_cross(name, head_cfg, cross_pairs, data.labeled_or_none)
+        if len(cross.predictions):
+            frames.append(cross.predictions)
+        metrics |= cross.metrics(mode)
+        log.info(
+            "%s: %d cross-domain pairs (%s) in %d fits, %.1f s; median spearman %s; %d skipped",
+            name,
+            len(cross.scores),
+            CROSS_MODES[mode],
+            cross.n_fits,
+            cross.seconds,
+            metrics["cross_spearman_median"],
+            len(cross.skipped),
+        )
+    metrics |= {
+        "model": str(cfg.model.name),
+        "data": str(cfg.data.name),
+        "experiment": cfg.experiment_name,
+    }
+
+    head.save(out_dir / "head")
+    (out_dir / "metrics.json").write_text(json.dumps(_json_safe(metrics), indent=2) + "\n")
+    append_predictions(out_dir / PREDICTIONS, pd.concat(frames, ignore_index=True), replace_prefix=SplitName.prefix("cross"))
+    if tracker is not None:
+        tracker.summary({k: v for k, v in metrics.items() if isinstance(v, (int, float, str)) or v is None})
+    log.info(
+        "%s: spearman %s, mae %s on %d test prompts",
+        name,
+        metrics["spearman"],
+        metrics["mae"],
+        metrics["n_test"],
+    )
+    return metrics
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, (np.generic,)):
+        return obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj
