@@ -8,7 +8,9 @@ longest member finishes; formed by arrival order, at random, by each head's pred
 Workloads: the heads' pooled test prompts (each request one sampled length, `sched.batching.n_requests` per
 seed, the profile `sched.hardware`), and windows of each trace (`sched.traces`: the same windows as
 scripts/simulate_traces.py, on `sched.traces.hardware`) with the heads matched by length quantile and noisy
-oracles of set Spearman. Writes into the run dir: batching_runs.csv, batching_results.csv,
+oracles of set Spearman. With `sched.batching.pool_bootstrap` (default: `sched.traces.pool_bootstrap`, true) each
+seed uses its own resample of the heads' test prompts, so the intervals cover that finite pool too
+(lengthpred/sched/batching.py). Writes into the run dir: batching_runs.csv, batching_results.csv,
 batching_spearman.csv, batching.md, padding_B<B>.png (schemas in lengthpred/sched/batching.py).
 """
 
@@ -19,59 +21,21 @@ import logging
 from pathlib import Path
 
 import hydra
-import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.cli import stage
 from lengthpred.data.serving_traces import load_trace
 from lengthpred.errors import DataError
-from lengthpred.sched.batching import run_batching, summarize_batching
+from lengthpred.sched.batching import POOL_DATA, pool_draw, run_batching, summarize_batching, trace_draw
 from lengthpred.sched.batching_report import batching_table
 from lengthpred.sched.hardware import get_profile
-from lengthpred.sched.head_mapping import PROMPT_MEAN, map_heads
-from lengthpred.sched.noisy_oracle import noisy_oracle, spearman
-from lengthpred.sched.pool import LengthSource
-from lengthpred.sched.trace_experiment import noisy_label
 from lengthpred.sched.trace_plots import plot_padding
 from lengthpred.sched.trace_windows import trace_windows
 from lengthpred.stages.simulate import has_predictions, load_head_pool
 from lengthpred.tracking import tracked
 
 log = logging.getLogger("lengthpred")
-
-
-def pool_draw(pool: LengthSource, n: int, rho: list[tuple]):
-    """draw(seed) over the heads' pool: n requests with replacement, one sampled length each; the heads'
-    predictions of their prompts and the prompt-mean (the mean-oracle: the leave-one-out mean of the
-    prompt's other samples, without the request's own)."""
-
-    def draw(seed: int):
-        req = pool.draw(n, np.random.default_rng(seed))
-        preds = {h: v[req.idx] for h, v in pool.preds.items()}
-        if req.expected is not None:
-            preds[PROMPT_MEAN] = req.expected
-        rho.extend((seed, h, spearman(req.output, p)) for h, p in preds.items())
-        return req.output, req.prompt, preds
-
-    return draw
-
-
-def trace_draw(windows: list, pool: LengthSource | None, levels: list[float], rho: list[tuple]):
-    """draw(seed) over a trace: window k for the k-th seed, with noisy oracles and the matched heads."""
-    by_seed: dict[int, object] = {}
-
-    def draw(seed: int):
-        w = by_seed[seed]
-        rng = np.random.default_rng([seed, 16])
-        preds = {noisy_label(x): noisy_oracle(w.output, x, rng=rng) for x in levels}
-        if pool is not None:
-            preds.update(map_heads(pool, w.output, rng)[0])
-        rho.extend((seed, h, spearman(w.output, p)) for h, p in preds.items())
-        return w.output, w.prompt, preds
-
-    draw.by_seed = by_seed  # filled by the caller: seed → window
-    return draw
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -90,18 +54,19 @@ def main(cfg: DictConfig) -> None:
                                   samples=bool(s.samples), prompt_tokens=int(s.prompt_tokens))
         else:
             log.warning("no predictions.parquet under %s: no heads (run the train stage first)", s.predictions_path)
+        boot = bool(b.pool_bootstrap)
         runs, rho = [], []
         if pool is not None:
             r: list[tuple] = []
-            runs.append(run_batching(pool_draw(pool, int(b.n_requests), r), data="heads' test pool",
+            runs.append(run_batching(pool_draw(pool, int(b.n_requests), r, pool_bootstrap=boot), data=POOL_DATA,
                                      profile=get_profile(sc.hardware), seeds=seeds, batch_sizes=sizes))
-            rho += [("heads' test pool", *x) for x in r]
+            rho += [(POOL_DATA, *x) for x in r]
         for name in b.traces:
             df = load_trace(name, Path(t.root), t.on_bad_input)
             ws = trace_windows(df, name, n_requests=int(t.n_requests), n_windows=len(seeds), offset=int(t.offset))
             r = []
-            draw = trace_draw(ws, pool, [float(x) for x in b.trace_spearman], r)
-            draw.by_seed.update(zip(seeds, ws, strict=True))
+            draw = trace_draw(dict(zip(seeds, ws, strict=True)), pool, [float(x) for x in b.trace_spearman], r,
+                              pool_bootstrap=boot)
             runs.append(run_batching(draw, data=name, profile=get_profile(t.hardware), seeds=seeds, batch_sizes=sizes))
             rho += [(name, *x) for x in r]
         if not runs:
@@ -111,7 +76,8 @@ def main(cfg: DictConfig) -> None:
         results = summarize_batching(runs_df.drop(columns="experiment"))
         rho_df = pd.DataFrame(rho, columns=["data", "seed", "predictor", "spearman"])
         mean_rho = rho_df.groupby(["data", "predictor"])["spearman"].mean().to_dict()
-        table = batching_table(results, mean_rho)
+        table = batching_table(results, mean_rho, pool_prompts=len(pool.output) if pool is not None else None,
+                               pool_resampled=boot)
         runs_df.to_csv(out / "batching_runs.csv", index=False)
         results.to_csv(out / "batching_results.csv", index=False)
         rho_df.to_csv(out / "batching_spearman.csv", index=False)

@@ -6,7 +6,9 @@ with noisy oracles of set Spearman and our heads matched by length quantile; gai
     python scripts/simulate_traces.py 'sched.traces.names=[azure2023_conv]' sched.traces.n_requests=1900
 
 Each seed replays one window of each trace (`sched.traces`), arrivals scaled by one constant to the offered
-load on `sched.traces.hardware`. Heads come from the train stage's predictions files
+load on `sched.traces.hardware`. With `sched.traces.pool_bootstrap` (default true) each seed maps the heads
+from its own resample of their test prompts, so the intervals cover that finite pool as well as the
+windows (lengthpred/sched/head_mapping.py). Heads come from the train stage's predictions files
 (`sched.source.predictions_path`); without any, only the noisy oracles run. Writes into the run dir
 (schemas in lengthpred/sched/trace_experiment.py): trace_runs.csv, trace_results.csv, trace_gains.csv,
 trace_predictors.csv, trace_windows.csv, quality_curve.csv, spearman_needed.csv, trace_latencies.parquet,
@@ -79,7 +81,8 @@ def main(cfg: DictConfig) -> None:
               f"{sorted(pool.preds) if pool is not None else 'none (noisy oracles only)'}")
         runs, lat, preds = te.run_traces(wins, profile, policies, loads=list(t.loads), seeds=seeds,
                                          spearman_levels=[float(x) for x in t.spearman], pool=pool,
-                                         sim=OmegaConf.to_container(cfg.sched.sim))
+                                         sim=OmegaConf.to_container(cfg.sched.sim),
+                                         pool_bootstrap=bool(t.pool_bootstrap))
         runs.insert(0, "experiment", cfg.experiment_name)
         summary = ex.summarize_runs(runs.drop(columns="experiment"))
         gain = te.trace_gains(runs, min_oracle_gain=float(cfg.sched.min_oracle_gain))

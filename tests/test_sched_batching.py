@@ -112,6 +112,10 @@ def test_trace_and_batching_scripts_end_to_end(tmp_path):
     assert set(preds["predictor"]) == {"noisy@0", "noisy@1", "lin", "flat", "prompt-mean"}
     assert (out / "quality_curve_load0.9.png").stat().st_size > 0
     assert "| sjf | lin |" in (out / "trace_policies.md").read_text()
+    # sched.traces.pool_bootstrap (default true): each window's own resample of the 60 prompts, and the tables say so
+    assert "own resample of the 60-prompt test pool" in (out / "trace_policies.md").read_text()
+    assert "own resample of the 60-prompt test pool" in (out / "predictor_quality.md").read_text()
+    assert preds.loc[preds["kind"] == "head", "pool_resampled"].all()
     assert "Spearman at which" in r.stdout and "inter-arrival CV" in r.stdout
     cmd_b = [sys.executable, str(REPO_ROOT / "scripts/simulate_batching.py"), *common, f"hydra.run.dir={tmp_path}/b",
              "sched.batching.n_requests=64", "sched.batching.batch_sizes=[8]", "sched.batching.trace_spearman=[0.5]"]
@@ -121,8 +125,72 @@ def test_trace_and_batching_scripts_end_to_end(tmp_path):
     assert set(res["data"]) == {"heads' test pool", "azure2023_conv"}
     assert {"lin", "flat", "prompt-mean", "noisy@0.5", "true length"} <= set(res["predictor"])
     assert (tmp_path / "b/padding_B8.png").stat().st_size > 0
+    assert (tmp_path / "b/batching.md").read_text().count("own resample of the 60-prompt test pool") == 2
     # a trace too short for the windows asked: one line with its size, exit 2
     bad = subprocess.run([*cmd[:2], *common, f"hydra.run.dir={tmp_path}/x", "sched.traces.n_requests=80"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert bad.returncode == 2
     assert bad.stderr.strip().startswith("error: trace azure2023_conv has 700 requests; 10 windows of 80")
+
+
+def _split_pool(m: int = 12, seed: int = 0):
+    """A head perfect on half the prompts and reversed on the other half (its error depends on the pool)."""
+    from lengthpred.sched.pool import LengthSource
+
+    rng = np.random.default_rng(seed)
+    mean = np.exp(rng.normal(5, 0.8, m))
+    samples = [[int(x) for x in np.maximum(1, np.rint(mu * np.exp(0.2 * rng.standard_normal(3))))] for mu in mean]
+    return LengthSource("pool", np.rint(mean), 10 + np.arange(m), {"split": np.where(np.arange(m) % 2 == 0, mean,
+                                                                                      1e4 / mean)}, samples=samples)
+
+
+def _toy_windows(n_windows: int = 10, n: int = 1024):
+    from lengthpred.sched.trace_windows import trace_windows
+
+    rng = np.random.default_rng(3)
+    k = n_windows * n
+    df = pd.DataFrame({"arrival_s": np.cumsum(rng.gamma(0.5, 2.0, k)), "prompt_tokens": rng.integers(50, 1500, k),
+                       "output_tokens": np.clip(np.rint(np.exp(rng.normal(4.5, 1.0, k))), 1, 4000).astype(int)})
+    return trace_windows(df, "toy", n_requests=n, n_windows=n_windows)
+
+
+def _interval(res, data, metric="throughput_gain"):
+    r = res[(res["data"] == data) & (res["predictor"] == "split") & (res["metric"] == metric)].iloc[0]
+    return r["ci_high"] - r["ci_low"]
+
+
+def test_pool_bootstrap_widens_batching_intervals_and_stays_paired():
+    """Each seed's own pool resample (two-stage for the pool workload: prompts, then requests; the mapping's
+    pool for a trace) makes the head's intervals cover the 12-prompt pool; every formation and predictor of a
+    seed is cut from that seed's one draw (paired)."""
+    from lengthpred.sched.batching import POOL_DATA, pool_draw, trace_draw
+    from lengthpred.sched.batching_report import interval_scope
+
+    pool, seeds = _split_pool(), list(range(10))
+    by_seed = dict(zip(seeds, _toy_windows(), strict=True))
+    width = {}
+    for boot in (False, True):
+        calls: list[int] = []
+        rho: list[tuple] = []
+        d_pool = pool_draw(pool, 1024, rho, pool_bootstrap=boot)
+        d_trace = trace_draw(by_seed, pool, [0.5], rho, pool_bootstrap=boot)
+
+        def counted(seed, d=d_trace, calls=calls):
+            calls.append(seed)
+            return d(seed)
+
+        res = summarize_batching(pd.concat([
+            run_batching(d_pool, data=POOL_DATA, profile=PROF, seeds=seeds, batch_sizes=[8]),
+            run_batching(counted, data="toy", profile=PROF, seeds=seeds, batch_sizes=[8])]))
+        assert calls == seeds  # one draw per seed for every batch size, formation and predictor
+        rho_split = [r for _, h, r in rho if h == "split"]  # the head's Spearman per seed (pool, then trace)
+        width[boot] = (_interval(res, POOL_DATA), _interval(res, "toy"), float(np.std(rho_split[10:])))
+        text = batching_table(res, pool_prompts=12, pool_resampled=boot)
+        assert interval_scope("toy", 12, boot) in text and interval_scope(POOL_DATA, 12, boot) in text
+        a, b = d_trace(3), d_trace(3)
+        assert all(np.array_equal(a[2][k], b[2][k]) for k in a[2])  # a seed's draw is fixed: any rerun pairs
+    assert width[True][0] > 3 * width[False][0]  # the pool workload's throughput gain over arrival order
+    assert width[True][1] > 1.5 * width[False][1]  # the trace's, where the windows' own variability is large
+    assert width[True][2] > 10 * width[False][2]  # the mapped head's Spearman across windows
+    assert "own resample of the 12-prompt test pool" in interval_scope("toy", 12, True)
+    assert "over seeds only" not in interval_scope(POOL_DATA, None, True)  # no heads: seeds only, said plainly

@@ -13,7 +13,7 @@ from lengthpred.errors import ConfigError
 from lengthpred.metrics import UNDEFINED
 from lengthpred.sched import get_profile
 from lengthpred.sched.experiment import parse_policies
-from lengthpred.sched.head_mapping import PROMPT_MEAN, map_heads
+from lengthpred.sched.head_mapping import PROMPT_MEAN, map_heads, seed_pool
 from lengthpred.sched.noisy_oracle import noisy_oracle, spearman
 from lengthpred.sched.pool import LengthSource
 from lengthpred.sched.trace_experiment import quality_curve, run_traces, spearman_needed, trace_gains
@@ -154,3 +154,169 @@ def test_prompt_mean_leaves_the_matched_entrys_own_sample_out():
     q = q.set_index("predictor")
     assert q.loc[PROMPT_MEAN, "pool_spearman"] == pytest.approx(-1.0)
     assert q.loc[PROMPT_MEAN, "pool_entries"] == 100 and q.loc[PROMPT_MEAN, "pool_prompts"] == 50
+
+
+def _split_pool(m: int = 12, seed: int = 0) -> LengthSource:
+    """A head perfect on half the prompts and reversed on the other half: its error profile depends on which
+    prompts the pool holds, so a pool of m is an uncertain sample of it."""
+    rng = np.random.default_rng(seed)
+    mean = np.exp(rng.normal(5, 0.8, m))
+    samples = [[int(x) for x in np.maximum(1, np.rint(mu * np.exp(0.2 * rng.standard_normal(3))))] for mu in mean]
+    return _pool({"split": np.where(np.arange(m) % 2 == 0, mean, 1e4 / mean)}, samples)
+
+
+def test_resample_pool_keeps_each_prompts_pairs_and_is_fixed_by_the_seed():
+    base = _split_pool(m=30)
+    pool = LengthSource("pool", base.output, 100 + np.arange(30), base.preds, samples=base.samples)  # prompt ids
+    a, b = seed_pool(pool, 3, True), seed_pool(pool, 3, True)
+    assert seed_pool(pool, 3, False) is pool
+    assert np.array_equal(a.output, b.output) and np.array_equal(a.preds["split"], b.preds["split"])
+    assert not np.array_equal(a.prompt, seed_pool(pool, 4, True).prompt)  # a fresh resample per seed
+    assert len(a.output) == len(pool.output) and len(np.unique(a.prompt)) < len(pool.output)  # with replacement
+    # every resampled prompt keeps its own (true, predicted) pair, sampled lengths and prompt tokens
+    for k, i in enumerate(a.prompt - 100):
+        assert a.preds["split"][k] == pool.preds["split"][i] and list(a.samples[k]) == list(pool.samples[i])
+        assert a.output[k] == pool.output[i]
+
+
+def _curve(pool: LengthSource, boot: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    ws = {"toy": trace_windows(_trace_df(2400), "toy", n_requests=200, n_windows=10)}
+    prof = get_profile("a100-llama2-7b").with_overrides(max_batch=8, kv_blocks=600)
+    runs, _, preds = run_traces(ws, prof, parse_policies(["fcfs", "sjf"]), loads=[0.9], seeds=list(range(10)),
+                                spearman_levels=[0.5], pool=pool, progress=False, pool_bootstrap=boot)
+    curve = quality_curve(trace_gains(runs), preds)
+    return curve, preds
+
+
+def test_pool_bootstrap_widens_the_heads_intervals_by_the_pools_variability():
+    """Old behaviour (one fixed pool for every window): the head's achieved Spearman barely moves between
+    windows, and the interval says the head is known to ±0.005 although 12 prompts could not tell that."""
+    pool = _split_pool()
+    width = {}
+    for boot in (False, True):
+        curve, preds = _curve(pool, boot)
+        r = curve[(curve["predictor"] == "split") & (curve["policy"] == "sjf")
+                  & (curve["latency_metric"] == "per_token_latency_mean")].iloc[0]
+        width[boot] = (r["spearman_hi"] - r["spearman_lo"], r["gain_hi"] - r["gain_lo"])
+        h = preds[preds["predictor"] == "split"]
+        assert (h["pool_resampled"] == boot).all() and (h["pool_prompts"] == 12).all()
+        # the noisy oracles do not depend on the switch (their own stream)
+        assert np.abs(preds.loc[preds["kind"] == "noisy", "spearman"] - 0.5).max() <= 0.005
+    assert width[True][0] > 10 * width[False][0]  # the Spearman's interval
+    assert width[True][1] > 1.5 * width[False][1]  # the gain's interval
+    # the tables say what the intervals cover
+    on, off = quality_table(_curve(pool, True)[0]), quality_table(_curve(pool, False)[0])
+    assert "own resample of the 12-prompt test pool" in on and "cover window and prompt-pool variability" in on
+    assert "over windows only" in off and "12-prompt test pool" in off
+
+
+def test_pool_resample_is_shared_by_every_policy_and_trace_of_a_seed(monkeypatch):
+    """Paired: a seed's resample is drawn once, mapped into each of its windows, and every policy of the grid
+    runs on those same predictions (one run_grid call per window, with all policies)."""
+    from lengthpred.sched import trace_experiment as te
+
+    seen_pools, grid_calls = [], []
+    real_map, real_grid = te.map_heads, te.run_grid
+
+    def map_spy(pool, output, rng, heads=None):
+        seen_pools.append(pool)
+        return real_map(pool, output, rng, heads)
+
+    def grid_spy(src, profile, policies, **kw):
+        grid_calls.append((src.name, kw["seeds"][0], tuple(p.label for p in policies), dict(src.preds)))
+        return real_grid(src, profile, policies, **kw)
+
+    monkeypatch.setattr(te, "map_heads", map_spy)
+    monkeypatch.setattr(te, "run_grid", grid_spy)
+    pool = _split_pool(m=20)
+    df = _trace_df(800)
+    ws = {"a": trace_windows(df, "a", n_requests=100, n_windows=3),
+          "b": trace_windows(df.iloc[::-1].reset_index(drop=True).assign(arrival_s=df["arrival_s"].to_numpy()), "b",
+                             n_requests=100, n_windows=3)}
+    pol = parse_policies(["fcfs", "sjf", "srpt"])
+    _, _, preds = te.run_traces(ws, get_profile("a100-llama2-7b"), pol, loads=[0.8], seeds=[5, 6, 7],
+                                spearman_levels=[0.5], pool=pool, progress=False)
+    assert [p is q for p, q in zip(seen_pools[:3], seen_pools[3:], strict=True)] == [True] * 3  # a's and b's seeds
+    assert len({id(p) for p in seen_pools}) == 3 and all(p is not pool for p in seen_pools)
+    assert len(grid_calls) == 6 and all(c[2] == ("fcfs", "sjf", "srpt") for c in grid_calls)
+    # the resample's pool Spearman is the same for both traces of a seed, and moves between seeds
+    h = preds[preds["predictor"] == "split"].pivot_table(index="seed", columns="data", values="pool_spearman")
+    assert np.allclose(h["a"], h["b"]) and h["a"].nunique() == 3
+    seen_pools.clear()
+    te.run_traces(ws, get_profile("a100-llama2-7b"), pol, loads=[0.8], seeds=[5, 6, 7], spearman_levels=[0.5],
+                  pool=pool, progress=False, pool_bootstrap=False)
+    assert all(p is pool for p in seen_pools)  # the old behaviour, kept behind the switch
+
+
+def _synthetic_curve(n_heads: int = 14) -> pd.DataFrame:
+    """A quality curve whose heads cluster (Spearman 0.45–0.50, as the demo's egtp/estp/linear do), plus a
+    constant head (undefined Spearman) and the prompt-mean."""
+    rng = np.random.default_rng(0)
+    rows = []
+    heads = [f"head_{i:02d}" for i in range(n_heads)]
+    for data in ("trace_a", "trace_b"):
+        for m in ("per_token_latency_mean", "per_token_latency_p99", "jct_mean"):
+            def row(policy, predictor, kind, rho, gain, m=m, data=data):
+                rows.append(dict(data=data, latency_metric=m, policy=policy, predictor=predictor, load=0.9,
+                                 gain=gain, gain_lo=gain - 0.03, gain_hi=gain + 0.03, spearman=rho,
+                                 spearman_lo=rho - 0.01, spearman_hi=rho + 0.01, kind=kind, target=math.nan))
+            for pol, off in (("sjf", 0.0), ("srpt", -0.05)):
+                for lvl in np.linspace(0, 1, 11):
+                    row(pol, f"noisy@{lvl:g}", "noisy", lvl, 0.4 * lvl + off)
+                for i, h in enumerate(heads):
+                    rho = 0.45 + 0.05 * i / n_heads
+                    row(pol, h, "head", rho, 0.4 * rho + off + 0.01 * rng.standard_normal())
+                row(pol, "constant", "head", math.nan, 0.0)
+                row(pol, PROMPT_MEAN, "prompt-mean", 0.48, 0.19 + off)
+                row(f"oracle-{pol}", "clairvoyant", "oracle", math.nan, 0.4 + off)
+            row("mlfq", "none", "none", math.nan, -0.05)
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("n_heads", [3, 14, 30])
+def test_quality_figure_names_every_head_without_overlap(n_heads):
+    import matplotlib.colors as mcolors
+    import matplotlib.pyplot as plt
+
+    from lengthpred.figures import MAX_SERIES
+    from lengthpred.sched.trace_plots import quality_figure
+
+    fig = quality_figure(_synthetic_curve(n_heads), 0.9)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 2 * 4  # 2 traces × (3 latency metrics + the heads' key)
+    for ax in axes:
+        series = [a for a in [*ax.get_lines(), *ax.collections, *ax.containers]
+                  if not str(a.get_label()).startswith("_") and a.get_label()]
+        assert len(series) <= MAX_SERIES
+        colours = []
+        for a in series:
+            art = a.lines[0] if hasattr(a, "lines") else a
+            col = art.get_color() if hasattr(art, "get_color") else art.get_facecolor()[0]
+            colours.append(mcolors.to_hex(col))
+        assert len(set(colours)) == len(colours), colours
+        assert not ax.texts and ax.get_legend() is None  # no labels on the data, no legend over it
+    keys = axes[3::4]
+    for ax in keys:
+        labels = [t for t in ax.get_yticklabels() if t.get_text()]
+        assert {t.get_text().split(" (")[0] for t in labels} == {*(f"head_{i:02d}" for i in range(n_heads)),
+                                                                   "constant", PROMPT_MEAN}
+        boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.y0)
+        assert all(lo.y1 <= hi.y0 for lo, hi in zip(boxes, boxes[1:], strict=False))  # no two names overlap
+        assert "ρ undefined" in " ".join(t.get_text() for t in labels)  # the constant head, not ρ 0
+    (legend,) = fig.legends
+    right = max(ax.get_window_extent(renderer).x1 for ax in axes)
+    assert legend.get_window_extent(renderer).x0 >= right - 1  # one legend, right of every panel
+    plt.close(fig)
+
+
+def test_quality_figure_without_heads_has_no_key():
+    import matplotlib.pyplot as plt
+
+    from lengthpred.sched.trace_plots import quality_figure
+
+    c = _synthetic_curve(2)
+    fig = quality_figure(c[~c["kind"].isin(["head", "prompt-mean"])], 0.9)
+    assert len(fig.axes) == 2 * 3
+    plt.close(fig)

@@ -14,6 +14,13 @@ is not modelled (a static batch allocates it all up front).
 
 - padding ratio = 1 − Σ lengths / Σ_batches (b × L_max): the share of decoded rows that are padding;
 - useful-token throughput = Σ lengths / Σ batch times (tokens per second).
+
+Workloads (`pool_draw`, `trace_draw`): the heads' test pool (each seed draws requests with replacement, one
+sampled length each), and windows of a trace with the heads matched by length quantile
+(`lengthpred.sched.head_mapping`) and noisy oracles. With `pool_bootstrap` (`sched.batching.pool_bootstrap`,
+the default) each seed first takes its own resample of the pool's prompts (`head_mapping.seed_pool`: the
+same one the trace experiment uses for that seed), so the intervals over seeds cover the finite prompt pool
+the heads' errors come from; every formation and predictor of a seed is cut from the same draw (paired).
 """
 
 from __future__ import annotations
@@ -26,12 +33,58 @@ import pandas as pd
 
 from lengthpred.errors import ConfigError
 from lengthpred.sched.hardware import HardwareProfile
+from lengthpred.sched.head_mapping import PROMPT_MEAN, map_heads, seed_pool
 from lengthpred.sched.metrics import bootstrap_mean_intervals
+from lengthpred.sched.noisy_oracle import noisy_oracle, spearman
+from lengthpred.sched.pool import LengthSource
+from lengthpred.sched.trace_experiment import noisy_label
+from lengthpred.sched.trace_windows import TraceWindow
 
-__all__ = ["FORMATIONS", "batch_order", "run_batching", "static_batches", "summarize_batching"]
+__all__ = ["FORMATIONS", "POOL_DATA", "batch_order", "pool_draw", "run_batching", "static_batches",
+           "summarize_batching", "trace_draw"]
 
 FORMATIONS = ("arrival", "random", "predicted", "true")
 TRUE, NONE = "true length", "none"  # predictor labels of the `true` and the order-only formations
+POOL_DATA = "heads' test pool"  # the `data` label of the pool workload
+
+Draw = Callable[[int], tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]
+
+
+def pool_draw(pool: LengthSource, n: int, rho: list[tuple], pool_bootstrap: bool = True) -> Draw:
+    """draw(seed) over the heads' pool: n requests with replacement, one sampled length each; the heads'
+    predictions of their prompts and the prompt-mean (the mean-oracle: the leave-one-out mean of the
+    prompt's other samples, without the request's own). With `pool_bootstrap` the requests come from the
+    seed's own resample of the pool's prompts (`head_mapping.seed_pool`), a two-stage bootstrap: prompts,
+    then requests. Appends (seed, predictor, Spearman) to `rho`."""
+
+    def draw(seed: int):
+        src = seed_pool(pool, seed, pool_bootstrap)
+        req = src.draw(n, np.random.default_rng(seed))
+        preds = {h: np.asarray(v)[req.idx] for h, v in src.preds.items()}
+        if req.expected is not None:
+            preds[PROMPT_MEAN] = req.expected
+        rho.extend((seed, h, spearman(req.output, p)) for h, p in preds.items())
+        return req.output, req.prompt, preds
+
+    return draw
+
+
+def trace_draw(by_seed: dict[int, TraceWindow], pool: LengthSource | None, levels: Sequence[float],
+               rho: list[tuple], pool_bootstrap: bool = True) -> Draw:
+    """draw(seed) over a trace: the window `by_seed[seed]`, with noisy oracles at `levels` and the heads
+    matched by length quantile (from the seed's own pool resample when `pool_bootstrap`); the streams are
+    the trace experiment's (`trace_experiment.run_traces`). Appends (seed, predictor, Spearman) to `rho`."""
+
+    def draw(seed: int):
+        w = by_seed[seed]
+        rng = np.random.default_rng([seed, 16])
+        preds = {noisy_label(x): noisy_oracle(w.output, float(x), rng=rng) for x in levels}
+        if pool is not None:
+            preds.update(map_heads(seed_pool(pool, seed, pool_bootstrap), w.output, rng)[0])
+        rho.extend((seed, h, spearman(w.output, p)) for h, p in preds.items())
+        return w.output, w.prompt, preds
+
+    return draw
 
 
 def batch_order(formation: str, output: np.ndarray, rng: np.random.Generator,
@@ -72,7 +125,7 @@ def static_batches(output: np.ndarray, prompt: np.ndarray, order: np.ndarray, ba
             "batches": float(len(starts))}
 
 
-def run_batching(draw: Callable[[int], tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]], *, data: str,
+def run_batching(draw: Draw, *, data: str,
                  profile: HardwareProfile, seeds: Sequence[int], batch_sizes: Sequence[int],
                  formations: Sequence[str] = FORMATIONS) -> pd.DataFrame:
     """Runs over seeds: `draw(seed)` gives (output, prompt, predictions by name) of that seed's requests;

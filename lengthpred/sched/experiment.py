@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,12 +111,17 @@ def run_grid(
     mean_oracle: bool = True,
     random_predictor: bool = False,
     progress: bool = True,
+    acceptance: Callable[[Requests, int], tuple[np.ndarray, list[np.ndarray] | None]] | None = None,
+    capacity_mean_steps: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run the grid; returns (runs, latencies) frames (schemas in the module docstring). Within a seed every
     policy, predictor and load sees the same requests, sampled lengths and arrival pattern (common random
     numbers). `mean_oracle` adds the `mean-oracle` predictor (the leave-one-out mean of the prompt's other
     samples) to every policy that reads predictions, when the source has sampled lengths; `random_predictor`
-    adds `random` (a random length per prompt, fixed per seed), the zero anchor for shares."""
+    adds `random` (a random length per prompt, fixed per seed), the zero anchor for shares. `acceptance(requests,
+    seed) -> (rates, sequences or None)` replaces the Beta(`accept_beta`) draw (measured acceptance,
+    lengthpred.sched.spec_experiment) and draws nothing from the seed's stream; `capacity_mean_steps` sets
+    loads from each request's own steps (`capacity(mean_steps=True)`)."""
     preds = list(source.preds) if predictors is None else list(predictors)
     unknown = sorted(set(preds) - set(source.preds))
     if unknown:
@@ -136,14 +142,17 @@ def run_grid(
         rng = np.random.default_rng(seed)
         req = source.draw(n_requests, rng)  # the same requests (and sampled lengths) at every load of a seed
         out, prm = req.output, req.prompt
-        acc = rng.beta(*accept_beta, len(out))
-        cap = capacity(profile, prm, out, acc, speculative)
+        if acceptance is None:
+            acc, seq = rng.beta(*accept_beta, len(out)), None
+        else:
+            acc, seq = acceptance(req, seed)
+        cap = capacity(profile, prm, out, acc, speculative, mean_steps=capacity_mean_steps)
         if source.arrival is None:
             gaps = rng.exponential(1.0, len(out)) if arrival == "poisson" else rng.gamma(1 / cv**2, cv**2, len(out))
             arr = np.cumsum(gaps) / (load * cap)
         else:
             arr = scale_to_rate(source.arrival[req.idx], load * cap)  # rescale the trace to this load
-        wl = Workload(arr, prm, out, acc)
+        wl = Workload(arr, prm, out, acc, seq)
         for ps in policies:
             policy = make_policy(ps.name, **ps.kwargs)
             names = preds if policy.needs_prediction else [

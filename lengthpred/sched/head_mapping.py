@@ -19,9 +19,21 @@ longest trace requests are matched at random among the capped entries, and no he
 ``prompt-mean`` maps each entry's leave-one-out prompt mean the same way (the mean of its prompt's *other*
 samples, so the matched entry's own sample is not in its key; one sample: that sample): T5's mean-oracle,
 carried over.
+
+**Pool bootstrap** (`resample_pool`, `seed_pool`). The head's error profile comes from a finite pool of test
+prompts (72 at demo scale, 480 at bench): a different draw of prompts would give another profile. With the
+switch on (`sched.traces.pool_bootstrap`, the default), each seed maps the heads from its own resample of the
+pool: as many prompts as it has, drawn with replacement, each with its sampled lengths and every head's
+prediction (the (true, predicted) pairs stay together). One resample per seed, from the seed's own stream
+(`pool_rng`), shared by every trace and every policy of that seed: the policies' paired differences stay
+paired, and the interval over seeds covers window and prompt-pool variability together (one bootstrap
+replicate per seed, not a nested bootstrap).
 """
 
 from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
@@ -30,9 +42,48 @@ from scipy import stats
 from lengthpred.sched.noisy_oracle import spearman
 from lengthpred.sched.pool import LengthSource
 
-__all__ = ["PROMPT_MEAN", "map_heads", "pool_entries"]
+__all__ = ["POOL_STREAM", "PROMPT_MEAN", "map_heads", "pool_entries", "pool_rng", "resample_pool", "seed_pool"]
 
 PROMPT_MEAN = "prompt-mean"  # predictor label: the matched entry's leave-one-out prompt mean (mean-oracle)
+POOL_STREAM = 17  # the pool resample's random stream per seed: default_rng([seed, POOL_STREAM])
+
+
+def pool_rng(seed: int) -> np.random.Generator:
+    """The stream seed `seed`'s pool resample is drawn from: its own, so switching the bootstrap on or off
+    leaves the noisy oracles' and the mapping's draws (stream [seed, 16]) as they were."""
+    return np.random.default_rng([int(seed), POOL_STREAM])
+
+
+@contextmanager
+def _quiet_pool_log():
+    """The pool's single-sample warning was given when the pool was loaded; not again for every resample."""
+    logger = logging.getLogger("lengthpred.sched")
+    old = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
+def resample_pool(pool: LengthSource, rng: np.random.Generator) -> LengthSource:
+    """One bootstrap replicate of the pool: its m prompts drawn m times with replacement, each keeping its
+    sampled lengths, prompt tokens and every head's prediction (the (true, predicted) pairs resampled
+    together)."""
+    m = len(pool.output)
+    idx = rng.integers(0, m, m)  # [m] prompts, with replacement
+    with _quiet_pool_log():
+        return LengthSource(pool.name, np.asarray(pool.output)[idx], np.asarray(pool.prompt)[idx],
+                            {h: np.asarray(v)[idx] for h, v in pool.preds.items()},
+                            arrival=None if pool.arrival is None else np.asarray(pool.arrival)[idx],
+                            samples=None if pool.samples is None else [pool.samples[i] for i in idx])
+
+
+def seed_pool(pool: LengthSource, seed: int, bootstrap: bool) -> LengthSource:
+    """The pool seed `seed` maps its heads from: its own resample (`resample_pool` on `pool_rng(seed)`) when
+    `bootstrap`, else the pool itself. Deterministic in the seed, so every trace and every batching
+    workload of a seed uses the same resample."""
+    return resample_pool(pool, pool_rng(seed)) if bootstrap else pool
 
 
 def pool_entries(pool: LengthSource) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,7 @@ import numpy as np
 from lengthpred.errors import ConfigError
 from lengthpred.registry import Registry
 from lengthpred.sched.predictors import ArrayPredictor, OraclePredictor
+from lengthpred.sched.spec_acceptance import early_estimates
 
 POLICIES: Registry[Any] = Registry("policy")
 _LEVEL = 1e9  # separates MLFQ levels in a float key (arrival times stay far below it)
@@ -44,6 +45,7 @@ class SchedContext:
     profile: Any
     speculative: bool
     rng: np.random.Generator
+    accept_seq: list[np.ndarray] | None = None  # measured accepted draft tokens per step, per request (or None)
 
 
 class Policy:
@@ -262,7 +264,9 @@ class LAPSSD(MLFQ):
 
     Stability tests (the paper's is not public): ``stability="steps"`` — after `min_steps` steps;
     ``stability="stderr"`` — once the binomial standard error of Â, √(A(1−A)/(n·k)), is below `tol`.
-    Â is the true rate plus that sampling error, drawn once per request. ``perceptible_first`` puts
+    Â is the true rate plus that sampling error, drawn once per request; with measured acceptance sequences
+    (`SchedContext.accept_seq`) Â is instead the acceptance of the request's own first decode steps and the
+    stderr test runs on that running estimate (`spec_acceptance.early_estimates`). ``perceptible_first`` puts
     perceptible requests ahead of the LAS queues (default: young requests first, as LAS does).
     """
 
@@ -283,13 +287,17 @@ class LAPSSD(MLFQ):
         n = len(ctx.output)
         a = ctx.accept if ctx.accept is not None else np.full(n, 0.7)
         nd = ctx.profile.n_draft
-        if self.stability == "steps":
-            k = np.full(n, float(self.min_steps))
+        if ctx.accept_seq is not None:  # measured: Â from the request's own first steps, as the server sees them
+            self.k_stable, self.a_hat = early_estimates(ctx.accept_seq, nd, stability=self.stability,
+                                                        min_steps=self.min_steps, tol=self.tol)
         else:
-            k = np.ceil(a * (1 - a) / (nd * self.tol**2))
-        self.k_stable = np.maximum(k, 1).astype(np.int64)
-        se = np.sqrt(a * (1 - a) / (nd * self.k_stable))
-        self.a_hat = np.clip(a + se * ctx.rng.standard_normal(n), 0.0, 1.0)
+            if self.stability == "steps":
+                k = np.full(n, float(self.min_steps))
+            else:
+                k = np.ceil(a * (1 - a) / (nd * self.tol**2))
+            self.k_stable = np.maximum(k, 1).astype(np.int64)
+            se = np.sqrt(a * (1 - a) / (nd * self.k_stable))
+            self.a_hat = np.clip(a + se * ctx.rng.standard_normal(n), 0.0, 1.0)
         prof = ctx.profile
         self.t_target = prof.step_time(1)
         self.t_draft = prof.t_draft

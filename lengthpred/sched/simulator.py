@@ -112,7 +112,7 @@ def simulate(
     work_a = np.ceil(workload.output / rate_a - 1e-9).astype(np.int64) if speculative else workload.output
     pred_a = predictor.values.copy() if static else np.zeros(n)
     ctx = SchedContext(workload.arrival, workload.output, pred_a, predictor, rate_a, workload.accept,
-                       profile, speculative, rng)
+                       profile, speculative, rng, workload.accept_seq if speculative else None)
     policy.bind(ctx)
 
     # hot-loop state in plain Python (faster than numpy scalars)

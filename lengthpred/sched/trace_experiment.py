@@ -5,7 +5,11 @@ offered load on the hardware profile. Per window the predictors are
 - ``noisy@<ρ>``: noisy oracles whose achieved Spearman with the window's true lengths is ρ (± 0.005;
   `lengthpred.sched.noisy_oracle`), one fresh noise draw per window;
 - each head of the head pool, and ``prompt-mean``, matched by length quantile (`lengthpred.sched.head_mapping`);
-and every policy of the grid serves the same window (common random numbers, `experiment.run_grid`).
+  with `pool_bootstrap` (the default) from the seed's own resample of the pool's prompts
+  (`head_mapping.seed_pool`), so the intervals over seeds cover the finite prompt pool the heads' errors come
+  from as well as the windows;
+and every policy of the grid serves the same window with the same predictions (common random numbers,
+`experiment.run_grid`): one pool resample per seed, shared by every policy and every trace.
 
 Outputs (tidy; written by scripts/simulate_traces.py; none is named ``sched_*``, so T5's glob never takes
 them):
@@ -15,11 +19,12 @@ them):
 - ``trace_gains.csv``: ``data, latency_metric`` + `summary.gains`' columns: the gain of each latency metric
   over FCFS (1 − mean(x)/mean(FCFS)) and its share of the clairvoyant oracle's gain, paired over windows.
 - ``trace_predictors.csv``: ``data, seed, predictor, kind, target, spearman`` (achieved on the window's
-  true lengths) and, for heads, their Spearman on the head pool.
+  true lengths) and, for heads, their Spearman on the head pool (the seed's resample when
+  ``pool_resampled``), ``pool_prompts`` (its size) and ``pool_resampled``.
 - ``trace_windows.csv``: per window and load, the trace's rate and inter-arrival CV, capacity, time
   scale and the CV after scaling (`trace_windows.window_stats`).
 - ``quality_curve.csv`` (`quality_curve`): gain against achieved Spearman, per trace, load, policy and
-  latency metric.
+  latency metric; heads' rows carry ``pool_prompts`` and ``pool_resampled`` (what their interval covers).
 """
 
 from __future__ import annotations
@@ -36,17 +41,18 @@ from lengthpred.errors import ConfigError
 from lengthpred.metrics import UNDEFINED
 from lengthpred.sched.experiment import PolicySpec, run_grid
 from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.head_mapping import PROMPT_MEAN, map_heads
+from lengthpred.sched.head_mapping import PROMPT_MEAN, map_heads, seed_pool
 from lengthpred.sched.metrics import bootstrap_mean_intervals
 from lengthpred.sched.noisy_oracle import noisy_oracle, spearman
 from lengthpred.sched.pool import CLAIRVOYANT, LengthSource
 from lengthpred.sched.summary import MIN_ORACLE_GAIN, gains
 from lengthpred.sched.trace_windows import TraceWindow
 
-__all__ = ["GAIN_METRICS", "noisy_label", "quality_curve", "run_traces", "spearman_needed", "trace_gains"]
+__all__ = ["GAIN_METRICS", "POOL_COLUMNS", "interval_scope", "noisy_label", "quality_curve", "run_traces", "spearman_needed", "trace_gains"]
 
 GAIN_METRICS = ("per_token_latency_mean", "per_token_latency_p99", "jct_mean")
 NOISY = "noisy@"
+POOL_COLUMNS = ("pool_prompts", "pool_resampled")  # the mapped heads' rows: the pool's size, resampled per seed?
 
 
 def noisy_label(level: float) -> str:
@@ -56,10 +62,13 @@ def noisy_label(level: float) -> str:
 def run_traces(windows: dict[str, list[TraceWindow]], profile: HardwareProfile, policies: list[PolicySpec], *,
                loads: Sequence[float], seeds: Sequence[int], spearman_levels: Sequence[float],
                pool: LengthSource | None = None, heads: list[str] | None = None, sim: dict[str, Any] | None = None,
-               progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+               pool_bootstrap: bool = True, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(runs, latencies of each trace's first window, predictors) frames (module docstring); window k of
-    every trace is replayed under seed `seeds[k]`."""
+    every trace is replayed under seed `seeds[k]`, its heads mapped from `head_mapping.seed_pool(pool,
+    seed, pool_bootstrap)`: with `pool_bootstrap` one resample of the pool's prompts per seed (the same for
+    every trace and policy of that seed), else the pool itself for every seed."""
     runs, lats, quality = [], [], []
+    pools: dict[int, LengthSource] = {}  # seed → its pool (resample), drawn once
     jobs = [(name, w, s) for name, ws in windows.items() for w, s in zip(ws, seeds, strict=True)]
     for name, w, seed in tqdm(jobs, desc="traces", disable=not progress):
         rng = np.random.default_rng([int(seed), 16])  # the predictors' noise: its own stream per window
@@ -70,7 +79,9 @@ def run_traces(windows: dict[str, list[TraceWindow]], profile: HardwareProfile, 
             quality.append(dict(data=name, seed=seed, predictor=label, kind="noisy", target=float(lvl),
                                 spearman=spearman(w.output, preds[label])))
         if pool is not None:
-            mapped, pool_q = map_heads(pool, w.output, rng, heads)
+            if seed not in pools:
+                pools[seed] = seed_pool(pool, int(seed), pool_bootstrap)
+            mapped, pool_q = map_heads(pools[seed], w.output, rng, heads)
             clash = sorted(set(mapped) & set(preds))
             if clash:
                 raise ConfigError(f"head(s) {clash} share a name with the noisy oracles; rename them")
@@ -79,7 +90,8 @@ def run_traces(windows: dict[str, list[TraceWindow]], profile: HardwareProfile, 
                 quality.append(dict(data=name, seed=seed, predictor=r.predictor,
                                     kind="prompt-mean" if r.predictor == PROMPT_MEAN else "head",
                                     target=math.nan, spearman=spearman(w.output, mapped[r.predictor]),
-                                    pool_spearman=r.pool_spearman, pool_spearman_mean=r.pool_spearman_mean))
+                                    pool_spearman=r.pool_spearman, pool_spearman_mean=r.pool_spearman_mean,
+                                    pool_prompts=int(r.pool_prompts), pool_resampled=bool(pool_bootstrap)))
         src = LengthSource(name, w.output, w.prompt, preds, arrival=w.arrival)
         r, lat = run_grid(src, profile, policies, loads=list(loads), seeds=[int(seed)], n_requests=len(w),
                           sim=sim, mean_oracle=False, progress=False)
@@ -88,6 +100,23 @@ def run_traces(windows: dict[str, list[TraceWindow]], profile: HardwareProfile, 
             lats.append(lat.assign(data=name))
     return (pd.concat(runs, ignore_index=True), pd.concat(lats, ignore_index=True) if lats else pd.DataFrame(),
             pd.DataFrame(quality))
+
+
+def interval_scope(rows: pd.DataFrame, unit: str = "windows") -> str:
+    """What a table's 95% intervals cover, from the mapped heads' rows of `rows` (trace_predictors.csv or
+    quality_curve.csv: ``kind``, ``pool_prompts``, ``pool_resampled``): the windows (seeds) only, or also the
+    prompt pool the heads' errors come from."""
+    base = f"95% bootstrap CI over {unit}"
+    h = rows[rows["kind"].isin(["head", "prompt-mean"])] if "kind" in rows.columns else rows.iloc[:0]
+    if not len(h) or "pool_resampled" not in h.columns:
+        return base
+    m = pd.to_numeric(h["pool_prompts"], errors="coerce").max() if "pool_prompts" in h.columns else math.nan
+    pool = f"the {int(m)}-prompt test pool" if np.isfinite(m) else "the test pool"
+    resampled = h["pool_resampled"].dropna().astype(str).str.lower() == "true"  # bools, or read back from a CSV
+    if len(resampled) and resampled.all():
+        return (f"{base}, each with its own resample of {pool} the heads are mapped from: the heads' intervals "
+                "cover window and prompt-pool variability")
+    return f"{base} only: the heads' intervals leave out the variability of {pool} their errors come from"
 
 
 def trace_gains(runs: pd.DataFrame, metrics: Sequence[str] = GAIN_METRICS,
@@ -110,7 +139,8 @@ def quality_curve(gain: pd.DataFrame, predictors: pd.DataFrame) -> pd.DataFrame:
     wide = predictors.pivot_table(index=["data", "predictor"], columns="seed", values="spearman", dropna=False)
     mean, lo, hi = bootstrap_mean_intervals(wide.to_numpy(float))
     rho = pd.DataFrame({"spearman": mean, "spearman_lo": lo, "spearman_hi": hi}, index=wide.index)
-    kind = q.size().rename("n").to_frame().join(predictors.groupby(["data", "predictor"])[["kind", "target"]].first())
+    carried = ["kind", "target", *(c for c in POOL_COLUMNS if c in predictors.columns)]
+    kind = q.size().rename("n").to_frame().join(predictors.groupby(["data", "predictor"])[carried].first())
     g = gain[gain["metric"] == "gain_vs_fcfs"].rename(columns={"value": "gain", "ci_low": "gain_lo", "ci_high": "gain_hi"})
     g = g.astype({"gain": float, "gain_lo": float, "gain_hi": float})  # the share rows' UNDEFINED made them objects
     g = g.drop(columns=["metric", "n"]).join(rho.join(kind.drop(columns="n")), on=["data", "predictor"])

@@ -15,7 +15,7 @@ import pandas as pd
 
 from lengthpred.sched.pool import CLAIRVOYANT, NO_PREDICTOR
 from lengthpred.sched.summary import _ms, _num, _pct
-from lengthpred.sched.trace_experiment import NOISY, noisy_label
+from lengthpred.sched.trace_experiment import NOISY, interval_scope, noisy_label
 
 __all__ = ["needed_table", "policy_table", "quality_table", "window_table"]
 
@@ -44,16 +44,19 @@ def _s(v: Any, lo: Any, hi: Any) -> str:
 def policy_table(summary: pd.DataFrame, gain: pd.DataFrame, predictors: pd.DataFrame, *,
                  levels: Sequence[float], policies: Sequence[str] = ("sjf", "srpt")) -> str:
     """Per trace and load: FCFS, MLFQ, the clairvoyant oracles, and `policies` on the noisy oracles at
-    `levels` and on every mapped head: mean and p99 per-token latency, mean JCT, gain over FCFS."""
+    `levels` and on every mapped head: mean and p99 per-token latency, mean JCT, gain over FCFS. The header
+    says what the intervals cover (`trace_experiment.interval_scope`: windows, and the heads' prompt pool
+    when it was resampled per window)."""
     shown_noisy = {noisy_label(x) for x in levels}
     rho = predictors.groupby(["data", "predictor"])["spearman"].mean()
     s = summary.set_index(["data", "load", "policy", "predictor", "metric"])
     g = gain[(gain["metric"] == "gain_vs_fcfs")].set_index(["data", "latency_metric", "load", "policy", "predictor"])
     heads = [p for p in predictors["predictor"].unique() if not str(p).startswith(NOISY)]
+    scope = interval_scope(predictors)
     lines = []
     for (data, load), sub in summary.groupby(["data", "load"], sort=True):
         n = int(sub["n"].max())
-        lines += ["", f"**{data}, load {load:g}** ({n} windows; mean [95% bootstrap CI over windows])", ""]
+        lines += ["", f"**{data}, load {load:g}** ({n} windows; mean [{scope}])", ""]
         rows = []
         keys = [(p, NO_PREDICTOR if p in ("fcfs", "mlfq") else CLAIRVOYANT) for p in REFERENCE]
         keys += [(p, x) for p in policies for x in [*sorted(shown_noisy, key=lambda t: float(t[len(NOISY):])), *heads]]
@@ -80,8 +83,9 @@ def quality_table(curve: pd.DataFrame) -> str:
     metrics = ("per_token_latency_mean", "per_token_latency_p99", "jct_mean")
     lines = []
     idx = curve.set_index(["data", "load", "policy", "predictor", "latency_metric"])
+    scope = interval_scope(curve)
     for (data, load), sub in curve.groupby(["data", "load"], sort=True):
-        lines += ["", f"**{data}, load {load:g}**: gain over FCFS [95% CI] against the predictor's Spearman", ""]
+        lines += ["", f"**{data}, load {load:g}**: gain over FCFS [{scope}] against the predictor's Spearman", ""]
         rows = []
         for pol in ("oracle-sjf", "oracle-srpt", "mlfq"):
             if (data, load, pol, CLAIRVOYANT if "oracle" in pol else NO_PREDICTOR, metrics[0]) in idx.index:

@@ -13,12 +13,15 @@ from lengthpred.sched.hardware import HardwareProfile
 
 @dataclass
 class Workload:
-    """Requests sorted by arrival; lengths in tokens. `accept` is each request's speculative acceptance rate."""
+    """Requests sorted by arrival; lengths in tokens. `accept` is each request's speculative acceptance rate;
+    `accept_seq`, where acceptance was measured, each request's draft tokens accepted per step (step 0: its
+    prefill step), which LAPS-SD reads for its early estimate (`lengthpred.sched.spec_acceptance`)."""
 
     arrival: np.ndarray  # [n] float seconds, nondecreasing
     prompt: np.ndarray  # [n] int tokens
     output: np.ndarray  # [n] int tokens >= 1
     accept: np.ndarray | None = None  # [n] float in [0, 1]
+    accept_seq: list[np.ndarray] | None = None  # [n] ragged int: accepted draft tokens per step
 
     def __post_init__(self) -> None:
         self.arrival = np.asarray(self.arrival, dtype=float)
@@ -35,6 +38,12 @@ class Workload:
             self.accept = np.asarray(self.accept, dtype=float)
             if len(self.accept) != n or np.any((self.accept < 0) | (self.accept > 1)):
                 raise DataError("workload acceptance rates must be one per request, in [0, 1]")
+        if self.accept_seq is not None:
+            if self.accept is None or len(self.accept_seq) != n:
+                raise DataError("workload acceptance sequences need acceptance rates, one sequence per request")
+            self.accept_seq = [np.asarray(x, dtype=np.int64) for x in self.accept_seq]
+            if any(len(x) == 0 or x.min() < 0 for x in self.accept_seq):
+                raise DataError("workload acceptance sequences must be non-empty counts >= 0")
 
     def __len__(self) -> int:
         return len(self.output)
@@ -60,21 +69,25 @@ def arrival_times(
 
 
 def capacity(profile: HardwareProfile, prompt: np.ndarray, output: np.ndarray,
-             accept: np.ndarray | None = None, speculative: bool = False) -> float:
+             accept: np.ndarray | None = None, speculative: bool = False, *, mean_steps: bool = False) -> float:
     """Requests/s the server sustains with its batch as full as batch size and KV memory allow.
 
     Full-batch steady state: B sequences each hold on average prompt + E[L²]/(2E[L]) tokens (the
     length-biased mean progress); every step makes B·r tokens (r tokens per step per request); a request
-    costs L̄/(B·r) steps plus its prefill.
+    costs L̄/(B·r) steps plus its prefill, with r the mean rate. `mean_steps` costs it E[L/r] steps instead
+    (each request at its own rate): the same when rates are equal, and the right figure when they differ
+    (measured acceptance: E[L]/E[r] understates the steps when slow requests are long).
     """
     p = float(np.mean(prompt))
     L = np.asarray(output, dtype=float)
-    r = float(np.mean(profile.n_draft * accept + 1)) if speculative and accept is not None else 1.0
+    spec = speculative and accept is not None
+    r = float(np.mean(profile.n_draft * accept + 1)) if spec else 1.0
     held = p + float(np.mean(L**2) / (2 * np.mean(L)))
     b_mem = profile.kv_blocks / (held / profile.block_size + 1)
     b = max(1.0, min(float(profile.max_batch), b_mem))
     step = profile.step_time(b, b * held, speculative)
-    per_request = float(np.mean(L)) / r * step / b + p * profile.t_prefill_token
+    steps = float(np.mean(L / (profile.n_draft * accept + 1))) if spec and mean_steps else float(np.mean(L)) / r
+    per_request = steps * step / b + p * profile.t_prefill_token
     return 1.0 / per_request
 
 
