@@ -2,19 +2,28 @@
 
 A stage's output folder holds `_stage.json` with the hash of what it was built from; a rerun with the
 same hash costs nothing, a crash mid-stage leaves no marker so the stage runs again (stages are
-themselves resumable where they are long).
+themselves resumable where they are long). `run_pipeline` is scripts/demo.py's body: every stage's script
+(`stage_commands`) as a subprocess, cached this way, then the headline tables.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from lengthpred.errors import LengthpredError
+from lengthpred.eval.inputs import read_sched
+from lengthpred.paths import REPO_ROOT, default_datasets_root
+from lengthpred.sched.summary import short_t5
+from lengthpred.stages.locations import experiment_dir
 
 MARKER = "_stage.json"
 
@@ -56,3 +65,72 @@ def source_hash(repo: Path, extra: list[str] | None = None) -> str:
             h.update(f.read_bytes())
     h.update(json.dumps(extra or []).encode())
     return h.hexdigest()[:12]
+
+
+def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
+    """(name, script + stage-specific overrides) in run order; the experiment's overrides are added to each."""
+    p = cfg.pipeline
+    train_sweep = ["hydra/launcher=basic", "hydra.sweep.subdir=${hydra.runtime.choices.head}"]
+    # without ../shared/datasets (a machine elsewhere), the datasets are downloaded from their pinned sources
+    fetch = [] if default_datasets_root().is_dir() else [("datasets", ["fetch_datasets.py"])]
+    return [
+        *fetch,
+        ("model", ["prepare_model.py"]),
+        ("data", ["prepare_data.py"]),
+        ("generate", ["generate.py", *p.generate_overrides]),
+        ("features", ["extract.py"]),
+        ("train", ["train.py", "-m", "head=" + ",".join(p.feature_heads), *train_sweep]),
+        ("train_proxy", ["train.py", "-m", "head=" + ",".join(p.proxy_heads), *train_sweep, *p.proxy_overrides]),
+        ("sweep", ["sweep_features.py"]),
+        ("adapt", ["adapt.py"]),
+        ("costs", ["measure_costs.py"]),
+        ("simulate", ["simulate.py"]),
+        ("traces", ["simulate_traces.py"]),  # real serving traces: policies, gain vs Spearman (outputs not sched_*)
+        ("batching", ["simulate_batching.py"]),  # static batches: padding and useful throughput per head
+        ("evaluate", ["evaluate.py"]),
+        ("tables", ["make_tables.py"]),
+    ]
+
+
+def print_summary(tables_dir: Path, names: list[str], sched_dir: Path | None = None) -> None:
+    """Print the headline tables from their files, so a cached rerun shows them too."""
+    for name in names:
+        md = tables_dir / f"{name}.md"
+        if md.is_file():
+            print("\n" + md.read_text().strip())
+    if sched_dir is not None and (sched_dir / "sched_results.csv").is_file():
+        print("\n" + t5_summary(sched_dir))
+
+
+def t5_summary(sched_dir: Path) -> str:
+    """T5 at the highest load below capacity, from the simulate stage's tidy results (sched_results.csv,
+    sched_gains.csv): FCFS, the clairvoyant and mean oracles, and SJF on every head."""
+    gains = sched_dir / "sched_gains.csv"
+    return short_t5(read_sched(sched_dir / "sched_results.csv"), read_sched(gains) if gains.is_file() else None)
+
+
+def run_pipeline(cfg: DictConfig, overrides: list[str]) -> None:
+    """Every stage of `stage_commands` in order, each its script run as a subprocess with the user's `overrides`
+    into outputs/<experiment>/<stage>/, skipped when cached (`run_stage`, keyed by `source_hash`); then the
+    headline tables."""
+    exp_dir = experiment_dir(cfg)
+    user = [o for o in overrides if not o.startswith("pipeline.")]
+    key = source_hash(REPO_ROOT, user)
+    skip = set(cfg.pipeline.skip or [])
+    for name, (script, *args) in stage_commands(cfg):
+        if name in skip:
+            print(f"[{name}] skipped (pipeline.skip)", flush=True)
+            continue
+        out = exp_dir / name
+        where = f"hydra.sweep.dir={out}" if "-m" in args else f"hydra.run.dir={out}"
+        cmd = [sys.executable, str(REPO_ROOT / "scripts" / script), *args, *user, where]
+
+        def run(_out, cmd=cmd, name=name):
+            r = subprocess.run(cmd, cwd=REPO_ROOT)
+            if r.returncode != 0:
+                raise LengthpredError(f"stage {name} failed (exit {r.returncode}): {' '.join(cmd[1:])}")
+
+        run_stage(name, out, key, run, force=bool(cfg.pipeline.force))
+    print_summary(Path(cfg.eval.tables_dir), cfg.pipeline.print_tables, exp_dir / "simulate")
+    print(f"\nAll stages done. Tables and plots: {exp_dir / 'tables'}; runs: {exp_dir}; W&B offline: "
+          f"{cfg.paths.outputs_dir}/wandb")

@@ -51,12 +51,12 @@ def tracked(cfg: DictConfig, stage: str) -> Iterator[Tracker]:
     import wandb
 
     run = wandb.init(
-        project=lcfg.get("project", "lengthpred"),
-        group=lcfg.get("group") or cfg.get("experiment_name", "default"),
+        project=lcfg.project,
+        group=lcfg.group or cfg.experiment_name,
         job_type=stage,
-        name=f"{stage}-{cfg.get('experiment_name', 'default')}",
+        name=f"{stage}-{cfg.experiment_name}",
         mode=mode,
-        dir=str(lcfg.get("dir") or "."),
+        dir=str(lcfg.dir or "."),
         config=OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False),
         reinit="finish_previous",
     )

@@ -13,101 +13,24 @@ windows (lengthpred/sched/head_mapping.py). Heads come from the train stage's pr
 (schemas in lengthpred/sched/trace_experiment.py): trace_runs.csv, trace_results.csv, trace_gains.csv,
 trace_predictors.csv, trace_windows.csv, quality_curve.csv, spearman_needed.csv, trace_latencies.parquet,
 trace_policies.md, predictor_quality.md, trace_windows.md, quality_curve_load<L>.png, traces.json.
+The stage: lengthpred/stages/traces.py.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-from pathlib import Path
-
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.data.serving_traces import load_trace
-from lengthpred.sched import experiment as ex
-from lengthpred.sched import trace_experiment as te
-from lengthpred.sched import trace_report as tr
-from lengthpred.sched.hardware import get_profile
-from lengthpred.sched.pool import LengthSource
-from lengthpred.sched.trace_plots import plot_quality_curves
-from lengthpred.sched.trace_windows import TraceWindow, trace_windows, window_stats
-from lengthpred.stages.simulate import has_predictions, load_head_pool
+from lengthpred.stages.traces import run_traces
 from lengthpred.tracking import tracked
-
-log = logging.getLogger("lengthpred")
-
-
-def head_pool(cfg: DictConfig) -> LengthSource | None:
-    """The heads' test pool, or None when the train stage has not run (or `sched.traces.heads` is [])."""
-    s, t = cfg.sched.source, cfg.sched.traces
-    if t.heads is not None and len(t.heads) == 0:
-        return None
-    if not has_predictions(s.predictions_path):
-        log.warning("no predictions.parquet under %s: the traces run with noisy oracles only (run the train "
-                    "stage first for the heads)", s.predictions_path)
-        return None
-    heads = list(t.heads) if t.heads else (list(s.heads) if s.heads else None)
-    return load_head_pool(cfg, s.predictions_path, split=s.split, heads=heads, samples=bool(s.samples),
-                          prompt_tokens=int(s.prompt_tokens))
-
-
-def windows(cfg: DictConfig, seeds: list[int]) -> tuple[dict[str, list[TraceWindow]], dict[str, dict]]:
-    """Each trace's windows (one per seed), and what the loader dropped (on_bad_input=skip)."""
-    t = cfg.sched.traces
-    out, bad = {}, {}
-    for name in t.names:
-        df = load_trace(name, Path(t.root), t.on_bad_input)
-        bad[name] = {"rows": len(df), **df.attrs.get("bad_input", {})}
-        out[name] = trace_windows(df, name, n_requests=int(t.n_requests), n_windows=len(seeds), offset=int(t.offset))
-    return out, bad
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
     with tracked(cfg, "simulate_traces") as tracker:
-        t = cfg.sched.traces
-        out = Path(cfg.sched.out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        profile = get_profile(t.hardware)
-        policies = ex.parse_policies(OmegaConf.to_container(t.policies))
-        seeds = [int(s) for s in t.seeds]
-        wins, bad = windows(cfg, seeds)
-        pool = head_pool(cfg)
-        stats = window_stats([w for ws in wins.values() for w in ws], profile, list(t.loads))
-        print(f"{len(wins)} traces × {len(seeds)} windows of {t.n_requests} on {profile.name}; heads: "
-              f"{sorted(pool.preds) if pool is not None else 'none (noisy oracles only)'}")
-        runs, lat, preds = te.run_traces(wins, profile, policies, loads=list(t.loads), seeds=seeds,
-                                         spearman_levels=[float(x) for x in t.spearman], pool=pool,
-                                         sim=OmegaConf.to_container(cfg.sched.sim),
-                                         pool_bootstrap=bool(t.pool_bootstrap))
-        runs.insert(0, "experiment", cfg.experiment_name)
-        summary = ex.summarize_runs(runs.drop(columns="experiment"))
-        gain = te.trace_gains(runs, min_oracle_gain=float(cfg.sched.min_oracle_gain))
-        curve = te.quality_curve(gain, preds)
-        needed = te.spearman_needed(curve)
-        for name, df in (("trace_runs", runs), ("trace_results", summary), ("trace_gains", gain),
-                         ("trace_predictors", preds), ("trace_windows", stats), ("quality_curve", curve),
-                         ("spearman_needed", needed)):
-            df.to_csv(out / f"{name}.csv", index=False)
-        lat.to_parquet(out / "trace_latencies.parquet", index=False)
-        policy_md = tr.policy_table(summary, gain, preds, levels=[float(x) for x in t.table_spearman])
-        needed_md = tr.needed_table(needed)
-        quality_md = tr.quality_table(curve) + "\n\n" + needed_md
-        (out / "trace_policies.md").write_text(policy_md + "\n")
-        (out / "predictor_quality.md").write_text(quality_md + "\n")
-        (out / "trace_windows.md").write_text(tr.window_table(stats) + "\n")
-        (out / "traces.json").write_text(json.dumps({"hardware": profile.to_dict(), "bad_input": bad,
-                                                     "config": OmegaConf.to_container(t, resolve=True)}, indent=1))
-        if t.plots:
-            for load in t.loads:
-                p = plot_quality_curves(curve, float(load), out / f"quality_curve_load{float(load):g}.png")
-                tracker.log_image(p.stem, p)
-        print(tr.window_table(stats))
-        print("\n" + needed_md)
-        print(f"wrote {out}/trace_results.csv (+ gains, predictors, windows, quality curve, tables, plots)")
+        run_traces(cfg, tracker)
 
 
 if __name__ == "__main__":

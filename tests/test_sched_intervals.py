@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,7 +9,7 @@ import pytest
 from lengthpred.eval.inputs import read_sched
 from lengthpred.eval.tables import table_t5
 from lengthpred.metrics import is_undefined
-from lengthpred.paths import REPO_ROOT
+from lengthpred.pipeline import t5_summary
 from lengthpred.sched.metrics import bootstrap_mean_intervals, t_interval
 from lengthpred.sched.pool import CLAIRVOYANT, MEAN_ORACLE
 from lengthpred.sched.summary import below_capacity, gains, short_t5, summarize_runs
@@ -82,13 +80,6 @@ def test_undefined_shares_survive_the_csv_and_render_in_t5(tmp_path):
     assert "10 seeds" in md and "clairvoyant" in md
 
 
-def _demo():
-    spec = importlib.util.spec_from_file_location("demo_script", REPO_ROOT / "scripts" / "demo.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_short_t5_is_below_capacity_and_read_from_the_tidy_results(tmp_path):
     assert below_capacity([0.8, 0.95, 1.05]) == 0.95 and below_capacity([1.1, 1.2]) == 1.1
     rng = np.random.default_rng(2)
@@ -101,7 +92,7 @@ def test_short_t5_is_below_capacity_and_read_from_the_tidy_results(tmp_path):
     runs = _runs(vals)
     summarize_runs(runs).to_csv(tmp_path / "sched_results.csv", index=False)
     gains(runs).to_csv(tmp_path / "sched_gains.csv", index=False)
-    text = _demo().t5_summary(tmp_path)
+    text = t5_summary(tmp_path)
     assert "load 0.95 (below capacity), 10 seeds" in text
     lines = [ln.split() for ln in text.splitlines() if ln.startswith(("fcfs", "sjf", "oracle-sjf", "mlfq"))]
     assert [ln[:2] for ln in lines] == [["fcfs", "none"], ["oracle-sjf", CLAIRVOYANT], ["sjf", MEAN_ORACLE],

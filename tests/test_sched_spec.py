@@ -3,7 +3,6 @@ the acceptance file, the simulator's rate mapping, LAPS-SD's early estimate, and
 
 from __future__ import annotations
 
-import importlib.machinery
 import json
 
 import numpy as np
@@ -15,7 +14,6 @@ from omegaconf import open_dict
 
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.generate.backends import Sample
-from lengthpred.paths import REPO_ROOT
 from lengthpred.sched import HardwareProfile, Workload, capacity, make_policy, simulate
 from lengthpred.sched.experiment import parse_policies
 from lengthpred.sched.policies import SchedContext
@@ -32,6 +30,8 @@ from lengthpred.sched.spec_acceptance import (
 )
 from lengthpred.sched.spec_experiment import measured_pool, run_spec_grid, spec_profile, summarize_spec
 from lengthpred.sched.spec_records import COLUMNS, META_KEY, SCHEMA, read_records, write_records
+from lengthpred.stages.acceptance import measure_acceptance
+from lengthpred.stages.spec import run_spec
 
 from .conftest import compose_cfg
 
@@ -298,10 +298,6 @@ def _data(tmp_path, n: int = 6) -> list[str]:
     return ids
 
 
-def _script(name: str):
-    return importlib.machinery.SourceFileLoader(name, str(REPO_ROOT / f"scripts/{name}.py")).load_module()
-
-
 def test_scripts_end_to_end_on_a_fake_generator(tmp_path, tokenizer):
     ids = _data(tmp_path)
     cfg = compose_cfg(["data=demo", "sched.spec.answers=vllm", "sched.spec.drafter.prompt_lookup_min=1",
@@ -322,8 +318,7 @@ def test_scripts_end_to_end_on_a_fake_generator(tmp_path, tokenizer):
             seen[pid] = (list(toks), answer)
             yield pid, [Sample(answer, "eos")]
 
-    measure = _script("measure_acceptance")
-    path = measure.run(cfg, generate=fake, tokenizer=tokenizer, progress=False)
+    path = measure_acceptance(cfg, generate=fake, tokenizer=tokenizer, progress=False)
     rec = read_records(path)
     assert sorted(rec.frame["id"]) == ids and set(rec.frame["domain"]) == {"chat", "code"}
     drafter = NgramDrafter(K, 1, 4)
@@ -338,10 +333,10 @@ def test_scripts_end_to_end_on_a_fake_generator(tmp_path, tokenizer):
 
     with open_dict(cfg):
         cfg.sched.spec.answers = "auto"
-    again = read_records(measure.run(cfg, generate=boom, tokenizer=tokenizer, progress=False))
+    again = read_records(measure_acceptance(cfg, generate=boom, tokenizer=tokenizer, progress=False))
     assert [a.tolist() for a in again.frame["accepted"]] == [a.tolist() for a in rec.frame["accepted"]]
 
-    out = _script("simulate_spec").run(cfg, progress=False)
+    out = run_spec(cfg, progress=False)
     table = pd.read_csv(out / "spec_table.csv")
     assert set(table["regime"]) == {"measured", "measured-rate", "beta-matched", "beta-7-3"}
     laps = table[table["policy"] == "oracle-laps-sd"]

@@ -57,8 +57,7 @@ def test_engine_that_cannot_start_names_the_venv_and_the_command():
 @pytest.mark.integration
 @pytest.mark.skipif(not HAS_DEMO, reason="needs the prepared demo split and the committed reference trace")
 def test_serve_script_end_to_end_on_the_fake_engine(tmp_path):
-    import importlib.machinery
-
+    from lengthpred.stages.serve import run_serve
     from lengthpred.tracking import Tracker
 
     splits = json.loads((REPO_ROOT / "data/splits/demo/splits.json").read_text())
@@ -72,9 +71,7 @@ def test_serve_script_end_to_end_on_the_fake_engine(tmp_path):
                        "serve.engine.max_num_seqs=3", "serve.plots=true"])
     with open_dict(cfg):
         cfg.serve.out_dir = str(tmp_path / "out")
-    loader = importlib.machinery.SourceFileLoader("serve_script", str(REPO_ROOT / "scripts/serve.py"))
-    mod = loader.load_module()
-    mod._run(cfg, Tracker(None))
+    run_serve(cfg, Tracker(None))
     out = tmp_path / "out"
     for f in ("serve_runs.csv", "serve_results.csv", "serve_gains.csv", "serve_fidelity.csv", "profile.json",
               "serve_requests.parquet", "serve_steps.parquet", "serve_latency_cdf.png", "serve_queue.png",

@@ -15,5 +15,7 @@ Where things come from:
 - `heads`: a head config's class (`params._target_`), `build`, the feature it reads, `head_config(name)`, and
   the constructors' defaults every `conf/head/*.yaml` starts from (`register_head_params`).
 - one module per stage: `data` (prepare), `generate`, `train`, `sweep`, `adapt`, `costs` (T6), `simulate`
-  (the request pools), `serve`, `castillo`; `shards` (`shard=i/n`).
+  (T5 and the heads' request pools), `traces` (serving traces), `batching` (static batches), `acceptance`
+  (measured n-gram acceptance), `spec` (speculative decoding), `serve`, `tables` (T1–T6), `castillo`;
+  `shards` (`shard=i/n`). The demo's stage list and cache are the glue's (`lengthpred.pipeline`).
 """

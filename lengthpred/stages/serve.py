@@ -1,5 +1,5 @@
-"""The serve stage's parts (scripts/serve.py): from a composed config to settings, prompt pool, engine and
-predictors of a serving comparison (`lengthpred.serve`).
+"""The serve stage (scripts/serve.py): from a composed config to settings, prompt pool, engine and predictors of
+a serving comparison (`lengthpred.serve`), then the comparison itself (`run_serve`: real engine vs simulator).
 
 The prompts are a pooled in-domain split (`serve.split`, default every domain's test prompts), encoded as
 generation encoded them (`lengthpred.prompting.encode_prompt`); their sampled lengths come from the same
@@ -9,8 +9,10 @@ targets the heads were fitted on (`lengthpred.stages.targets.load_targets`), cap
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.models import load_tokenizer
 from lengthpred.models.serving import checkpoint_dir, load_causal_lm
 from lengthpred.names import FeatureKey, SplitName
 from lengthpred.online.config import rls_name, select_alpha
@@ -28,12 +31,15 @@ from lengthpred.online.rls import RLSRegressor
 from lengthpred.prompting import encode_prompt
 from lengthpred.sched.hardware import get_profile
 from lengthpred.sched.sources import read_prediction_files
+from lengthpred.sched.summary import gains, summarize_runs
+from lengthpred.serve import report
 from lengthpred.serve.clock import VirtualClock, WallClock
-from lengthpred.serve.experiment import ServeSettings
+from lengthpred.serve.experiment import ServeSettings, fidelity_summary, run_grid
 from lengthpred.serve.fake import FakeEngine
 from lengthpred.serve.featurize import CachedFeaturizer, PrefillFeaturizer
 from lengthpred.serve.metrics import SLO
 from lengthpred.serve.predictor import NoPredictor, OnlineReadout, TablePredictor
+from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict
 from lengthpred.serve.vllm_engine import VLLMEngine
 from lengthpred.serve.workload import PromptPool, build_pool
 from lengthpred.stages.targets import load_targets
@@ -179,3 +185,69 @@ def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, 
     est = RLSRegressor(alpha, forgetting=float(pc.forgetting)).fit(X, y)
     log.info("RLS readout warm-started on %d %s prompts (layer %d, alpha %g)", len(ids), pc.fit_split, pc.layer, alpha)
     return feat, est
+
+
+def load_profile_fit(path: str | Path) -> ProfileFit:
+    """A fitted step-time profile saved as profile.json (`serve.profile_path`) by an earlier serve run."""
+    d = json.loads(Path(path).read_text())
+    return ProfileFit(profile_from_dict(d), int(d.get("n_steps", 0)), float(d.get("r2", "nan")),
+                      float(d.get("rel_rmse", "nan")), float(d.get("mean_step_s", "nan")))
+
+
+def run_serve(cfg: DictConfig, tracker: Any) -> Path:
+    """Replay the prompt pool on the engine under every policy, load and repeat, check the simulator against
+    it, write the tables, fidelity, requests, steps, profile and plots into `serve.out_dir` (schemas in
+    lengthpred/serve/experiment.py) and print them. Returns the folder."""
+    sc = cfg.serve
+    out = Path(sc.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = settings_from_cfg(cfg)
+    tokenizer = load_tokenizer(instantiate(cfg.model))
+    pool, prompts, splits, targets = load_inputs(cfg, tokenizer)
+    make_predictor = predictor_factory(cfg, pool, prompts, splits, targets, tokenizer)
+    engine, clock = make_engine(cfg)
+    fit = load_profile_fit(sc.profile_path) if sc.profile_path else None
+    print(f"serve: {len(pool)} {sc.split} prompts, {settings.n_requests} requests per run, loads {settings.loads}, "
+          f"repeats {settings.seeds}, policies {settings.policies}; engine {engine.name} (max_num_seqs "
+          f"{engine.limits.max_batch}, {engine.limits.kv_blocks} KV blocks of {engine.limits.block_size})", flush=True)
+    res = run_grid(engine, pool, settings, make_predictor, clock=clock, fit=fit,
+                   progress=lambda msg: print(msg, flush=True))
+    runs = res.runs.copy()
+    runs.insert(0, "experiment", cfg.experiment_name)
+    summary = summarize_runs(runs.drop(columns="experiment"))
+    summary.insert(0, "experiment", cfg.experiment_name)
+    real = runs[runs["hardware"] == engine.name].drop(columns="experiment")
+    gain = gains(real)
+    fsum, fsum_all = fidelity_summary(res.fidelity), fidelity_summary(res.fidelity_all)
+    runs.to_csv(out / "serve_runs.csv", index=False)
+    summary.to_csv(out / "serve_results.csv", index=False)
+    gain.to_csv(out / "serve_gains.csv", index=False)
+    res.fidelity.to_csv(out / "serve_fidelity.csv", index=False)
+    fsum.to_csv(out / "fidelity_summary.csv", index=False)
+    fsum_all.to_csv(out / "fidelity_in_sample_summary.csv", index=False)
+    if res.calibration is not None:
+        res.calibration.steps.to_parquet(out / "calibration_steps.parquet", index=False)
+    res.residuals.to_csv(out / "step_residuals.csv", index=False)
+    res.requests.to_parquet(out / "serve_requests.parquet", index=False)
+    res.steps.to_parquet(out / "serve_steps.parquet", index=False)
+    (out / "profile.json").write_text(json.dumps(res.fit.to_dict(), indent=1))
+    (out / "serve.json").write_text(json.dumps({
+        "engine": engine.name, "limits": asdict(engine.limits), "capacity_req_s": res.capacity,
+        "profile": res.fit.to_dict(), "profile_all_runs": res.fit_all.to_dict() if res.fit_all else None,
+        "overload": res.overload, "config": OmegaConf.to_container(sc, resolve=True)}, indent=1, default=str))
+    table, ftable = report.results_table(summary, engine.name), report.fidelity_table(fsum)
+    if sc.plots and not res.requests.empty:
+        report.plot_latency_cdf(res.requests, out / "serve_latency_cdf.png")
+        report.plot_queue(res.steps, out / "serve_queue.png")
+        tracker.log_image("serve_latency_cdf", out / "serve_latency_cdf.png")
+    tracker.log_table("serve_fidelity", list(fsum.columns), fsum.values.tolist())
+    print(f"\n**Real engine ({engine.name}), means over {len(settings.seeds)} repeats [95% CI]**\n\n{table}")
+    print(f"\n**Simulator ({res.fit.profile.name}) vs real**\n\n{ftable}")
+    if len(fsum_all):
+        worst = fsum_all[fsum_all["metric"].isin([c[0] for c in report.FID_COLUMNS])]["max_abs_err"].max()
+        print(f"\nIn sample (profile refitted on every run's steps, {res.fit_all.profile.name}): worst |error| "
+              f"{100 * worst:.1f}%; if this is small and the table above is not, the calibration burst is at fault, "
+              f"not the model's form")
+    print(f"\nstep-time model vs measured (calibration profile):\n{res.residuals.to_string(index=False)}")
+    print(f"\nwrote {out}/serve_results.csv (+ runs, gains, fidelity, requests, steps, profile, plots)")
+    return out

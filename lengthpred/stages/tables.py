@@ -1,0 +1,55 @@
+"""The tables stage (scripts/make_tables.py): T1–T6 and plots from an experiment's results files only
+(`lengthpred.eval.report.make_tables`), each input the newest match of its `eval.inputs` glob."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from lengthpred.eval.report import TableOutputs, make_tables
+from lengthpred.paths import resolve
+from lengthpred.stages.runs import newest
+
+
+def tables_from_config(cfg: DictConfig, tracker: Any) -> TableOutputs:
+    """Write `eval.tables_dir`'s tables and plots from `eval.results_file` (+ `eval.extra_results`) and the
+    newest simulate, costs and adapt outputs of `eval.experiment_dir`; log them to `tracker`."""
+    e = cfg.eval
+    root = resolve(e.experiment_dir)
+    files = [resolve(e.results_file), *(resolve(p) for p in e.extra_results)]
+    curves = newest(root, e.inputs.curves)
+    out = make_tables(
+        files,
+        resolve(e.tables_dir),
+        sched=newest(root, e.inputs.sched),
+        latencies=newest(root, e.inputs.latencies),
+        curves=[curves] if curves else [],
+        costs=newest(root, e.inputs.costs),
+        online_summary=newest(root, e.inputs.online_summary),
+        predictions_root=resolve(e.input_dir),
+        options=OmegaConf.to_container(e.tables, resolve=True),
+        plot=bool(e.plots),
+    )
+    for key, table in out.tables.items():
+        tracker.log_table(
+            key,
+            [c.name for c in table.columns],
+            [[table.cell_text(c) for c in row] for row in table.rows],
+        )
+    for key, path in out.plots.items():
+        tracker.log_image(key, path)
+    return out
+
+
+def print_tables(cfg: DictConfig, out: TableOutputs) -> None:
+    """Print the tables of `eval.print` (a line for those without inputs yet) and where they all went."""
+    e = cfg.eval
+    for key in e.print:
+        if key in out.tables:
+            print(out.tables[key].to_markdown())
+        else:
+            print(f"{key}: no inputs for this table yet\n")
+    where = Path(resolve(e.tables_dir))
+    print(f"tables: {', '.join(sorted(out.tables))} and {len(out.plots)} plots under {where}")
