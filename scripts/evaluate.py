@@ -39,6 +39,8 @@ def main(cfg: DictConfig) -> None:
             params=OmegaConf.to_container(e.params, resolve=True),
             paired_baselines=list(e.paired.baselines),
             paired_metrics=list(e.paired.metrics),
+            paired_heads=list(e.paired.heads),
+            paired_splits=list(e.paired.splits),
             reference=reference,
             samples=samples,
             splits_json=resolve(e.splits_json) if e.splits_json else None,

@@ -169,3 +169,26 @@ def test_evaluate_names_the_config_key_that_differs(experiment, tmp_path):
     cfg.write_text(cfg.read_text().replace("temperature: 0.7", "temperature: 1.0, batch_size: 64"))
     with pytest.raises(DataError, match=r"config_hash.*\[generate.temperature: 0.7 vs 1.0\]"):
         _evaluate(root, n_boot=0)
+
+
+def test_paired_heads_compare_heads_of_different_files(experiment, tmp_path):
+    """Heads saved by separate runs share a test set: `paired_heads` compares them on the same resampled
+    prompts (the per-file `paired_baselines` cannot, since no file holds both)."""
+    src = experiment / "runs" / "r1"
+    df = pd.read_parquet(src / "predictions.parquet")
+    for head, g in df[df["split"].str.startswith("indomain/")].groupby("head"):
+        run = tmp_path / "runs" / head
+        shutil.copytree(src / ".hydra", run / ".hydra")
+        g.to_parquet(run / "predictions.parquet")
+    alone = evaluate_run(tmp_path, NO_CFG, n_boot=50, paired_baselines=["linear"])
+    assert not alone["metric"].eq("spearman_diff_vs_linear").any()
+    res = evaluate_run(tmp_path, NO_CFG, n_boot=50, paired_baselines=[], paired_heads=["linear"])
+    pooled = res[(res["split"] == "indomain/all/test") & (res["metric"] == "spearman")]
+    others = sorted(set(pooled["head"]) - {"linear", "constant"})
+    assert others
+    for head in others:
+        d = _get(res, head, "indomain/all/test", "spearman_diff_vs_linear")
+        expect = (_get(res, head, "indomain/all/test", "spearman").value
+                  - _get(res, "linear", "indomain/all/test", "spearman").value)
+        assert d.value == pytest.approx(expect) and d.ci_low <= d.value <= d.ci_high and d.n == 90
+    assert not res[res["split"] == "indomain/math/test"]["metric"].str.contains("diff_vs_linear").any()

@@ -163,13 +163,17 @@ def evaluate_run(
     params: Mapping[str, Mapping[str, Any]] | None = None,
     paired_baselines: Sequence[str] = ("static",),
     paired_metrics: Sequence[str] = ("spearman",),
+    paired_heads: Sequence[str] = (),
+    paired_splits: Sequence[str] = ("indomain/all/test",),
     reference: str | Path | None = None,
     samples: Mapping[str, Sequence[float]] | None = None,
     splits_json: str | Path | None = None,
     shift_key: str = "length_wasserstein",
     pool_indomain: bool = True,
 ) -> pd.DataFrame:
-    """Score every predictions file under a run/experiment dir into one tidy results frame."""
+    """Score every predictions file under a run/experiment dir into one tidy results frame. `paired_baselines`
+    are compared with the heads of their own file; `paired_heads` with every head of every file, on
+    `paired_splits` (heads that share a test set are compared on the same resampled prompts)."""
     files = find_predictions(root)
     if not files:
         raise DataError(f"no predictions.parquet under {root}; run scripts/train.py (or adapt.py) first")
@@ -185,10 +189,12 @@ def evaluate_run(
         kept.append((f, df, provenance_for(f, Path(root), fallback_cfg)))
     check_same_provenance([(f, p) for f, _, p in kept])
     prov = None
+    across = []
     for f, df, prov in tqdm(kept, desc="evaluate", disable=len(kept) < 2):
         df = attach_n_parameters(df, f)
         if pool_indomain:
             df = add_pooled_indomain(df)
+        across.append(df[df["split"].isin(list(paired_splits))])
         scored = score_predictions(
             df, prov, metrics, n_boot=n_boot, seed=seed, confidence=confidence, params=params
         )
@@ -202,6 +208,12 @@ def evaluate_run(
             split_ids.setdefault(split, set()).update(g["id"])
             n_samples[split] = float(g["n_samples"].median())
     assert prov is not None
+    if paired_heads:
+        both = pd.concat(across, ignore_index=True)
+        for b in paired_heads:
+            pr = paired_rows(both, prov, b, paired_metrics, n_boot=n_boot, seed=seed)
+            pr["source"] = "(paired across heads)"
+            frames.append(pr)
     source = "(prompt table lengths)"
     if reference is not None and Path(reference).is_file():
         samples, source = read_reference_samples(reference), str(reference)
