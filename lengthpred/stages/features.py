@@ -1,4 +1,5 @@
-"""A config's feature store: its settings, its folder (cache key) and `ensure_features` (find or extract).
+"""A config's feature store: its settings, its folder (cache key), `ensure_features` (find or extract) and
+`run_extract` (the extract stage, scripts/extract.py).
 
 `data/features/<model>/<cache-key>/`, the key a hash of the settings, the model identity and the prompts
 (lengthpred.features.settings.cache_key): the same features are found whatever split or stage asks.
@@ -7,12 +8,16 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from hydra.utils import instantiate
+from omegaconf import DictConfig, open_dict
 
+from lengthpred.data import load_prompts
 from lengthpred.errors import ConfigError, LengthpredError
 from lengthpred.features import extract as fx
 from lengthpred.features.settings import FeatureSettings, cache_key, prompts_hash
@@ -107,3 +112,34 @@ def run_stores(configs: Sequence[Any], prompts: Any, ids: Sequence[str], need: A
         if root not in roots and (root / MANIFEST).is_file():
             roots.append(root)
     return roots
+
+
+def launcher_shard(cfg: DictConfig) -> str:
+    """Under torchrun / accelerate launch (WORLD_SIZE > 1) each process takes shard RANK/WORLD_SIZE."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and parse_shard(cfg.shard) == (0, 1):
+        return f"{int(os.environ['RANK'])}/{world}"
+    return cfg.shard or "0/1"
+
+
+def run_extract(cfg: DictConfig) -> Path:
+    """The extract stage: this config's features for its data (`shard`, or the launcher's rank), printed
+    with the store's size once complete. Returns the store folder."""
+    feature_settings(cfg)  # a bad features config fails before the model or data load
+    with open_dict(cfg):
+        cfg.shard = launcher_shard(cfg)
+    device = cfg.device
+    if device == "cuda" and "LOCAL_RANK" in os.environ:
+        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+    prompts = load_prompts(cfg.data)
+    model, tokenizer = load_causal_lm(instantiate(cfg.model))
+    model.to(device)
+    with torch.inference_mode():
+        root = extract(cfg, model, tokenizer, prompts)
+    i, n = parse_shard(cfg.shard)
+    if n == 1:
+        fs = load_features(root)  # checks: no duplicates, no gaps
+        print(f"{root}  ({len(fs)} prompts, {len(fs.names)} columns, {len(fs.skipped)} skipped)")
+    else:
+        print(f"{root}  (shard {i}/{n} done; load_features checks completeness once all shards ran)")
+    return root

@@ -1,0 +1,55 @@
+"""The evaluate stage: every predictions file of a run folder scored into one tidy results.csv.
+
+Reads `predictions.parquet` files under `eval.input_dir`, the reference trace (or the prompts' samples)
+for the noise ceiling and splits.json for shift sizes; writes `eval.results_file` and logs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from lengthpred.eval.report import evaluate_run, headline
+from lengthpred.eval.results import write_results
+from lengthpred.paths import resolve
+from lengthpred.stages.targets import prompt_samples
+
+
+def run_evaluate(cfg: DictConfig, tracked: Callable[[DictConfig, str], AbstractContextManager[Any]]) -> Path:
+    """Score `eval.input_dir` into `eval.results_file`, logged to a `tracked(cfg, "evaluate")` run (opened
+    once the noise ceiling's inputs are read, closed before the summary line is printed). Returns the file."""
+    e = cfg.eval
+    reference = resolve(e.reference) if e.reference else None
+    samples = None
+    if (reference is None or not reference.is_file()) and e.ceiling_from_prompts:
+        samples = prompt_samples(cfg)
+    with tracked(cfg, "evaluate") as tracker:
+        results = evaluate_run(
+            resolve(e.input_dir),
+            cfg,
+            metrics=list(e.metrics),
+            n_boot=int(e.n_boot),
+            seed=int(e.seed),
+            confidence=float(e.confidence),
+            params=OmegaConf.to_container(e.params, resolve=True),
+            paired_baselines=list(e.paired.baselines),
+            paired_metrics=list(e.paired.metrics),
+            paired_heads=list(e.paired.heads),
+            paired_splits=list(e.paired.splits),
+            reference=reference,
+            samples=samples,
+            splits_json=resolve(e.splits_json) if e.splits_json else None,
+            shift_key=str(e.shift_key),
+            pool_indomain=bool(e.pool_indomain),
+        )
+        path = write_results(results, resolve(e.results_file))
+        shown = results.drop(columns=["source"], errors="ignore").astype(str)
+        tracker.log_table("results", list(shown.columns), shown.values.tolist())
+        tracker.summary(headline(results))
+    heads, splits = results["head"].nunique(), results["split"].nunique()
+    print(f"evaluate: {len(results)} rows ({heads} heads x {splits} splits) -> {path}")
+    return path
