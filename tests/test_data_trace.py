@@ -138,3 +138,20 @@ def test_json_array_non_utf8_names_the_line(tmp_path):
     p.write_bytes(b'[{"prompt": "a", "length": 1},\n {"prompt": "caf\xe9", "length": 2}]')
     with pytest.raises(DataError, match=r"t.json:2: non-UTF-8"):
         build_from_trace(_cfg(tmp_path, train_path=str(p), on_bad_input="skip").data)
+
+
+def test_a_change_to_the_data_code_rebuilds_the_cached_prompt_set(tmp_path, monkeypatch):
+    """The cache key holds the data package's source hash, not only the config's: a splits file built by
+    an older selection rule is never reused."""
+    import lengthpred.data.build as build
+
+    p = _write_jsonl(tmp_path / "t.jsonl", _rows(80))
+    cfg = _cfg(tmp_path, train_path=str(p), domain_field="task")
+    prepare(cfg)
+    splits = tmp_path / "data" / "splits" / cfg.data.name / "splits.json"
+    before = splits.stat().st_mtime_ns
+    prepare(cfg)
+    assert splits.stat().st_mtime_ns == before  # same config, same code: cached
+    monkeypatch.setattr(build, "code_hash", lambda: "changed-code")
+    prepare(cfg)
+    assert splits.stat().st_mtime_ns > before  # same config, new code: rebuilt

@@ -137,6 +137,16 @@ def build_from_sources(data_cfg: Mapping[str, Any]) -> tuple[list[Record], dict[
     return records, splits
 
 
+def code_hash() -> str:
+    """The data package's own source: a change to selection or split rules rebuilds a cached prompt set
+    (the config hash alone once kept a splits file from an older selection rule)."""
+    h = hashlib.sha1()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def prepare(data_cfg: Mapping[str, Any], *, reference: Path | None = None, force: bool = False) -> Path:
     """Build and save the prompt set of a data config group (`data.out_dir`); skipped when built with the
     same config (`lengthpred.stages.data.prepare` is the stage: it finds the reference trace).
@@ -151,8 +161,9 @@ def prepare(data_cfg: Mapping[str, Any], *, reference: Path | None = None, force
     h = config_hash(data_cfg)
     if ref_path:
         h = hashlib.sha1((h + hashlib.sha1(ref_path.read_bytes()).hexdigest()).encode()).hexdigest()[:12]
-    stamp = out / "config_hash.txt"
-    if not force and stamp.is_file() and stamp.read_text().strip() == h and (out / "splits.json").is_file():
+    stamp = out / "config_hash.txt"  # the config hash, then the data code's hash: either changing rebuilds
+    key = f"{h} code {code_hash()}"
+    if not force and stamp.is_file() and stamp.read_text().strip() == key and (out / "splits.json").is_file():
         log.info("data %s already built with config %s: %s", data_cfg["name"], h, out)
         records = load_prompts(data_cfg)
         splits = load_splits(data_cfg)
@@ -174,7 +185,7 @@ def prepare(data_cfg: Mapping[str, Any], *, reference: Path | None = None, force
     ds = Dataset.from_list(rows, features=FEATURES)
     ds.save_to_disk(str(out / "prompts"))
     (out / "splits.json").write_text(json.dumps(splits, indent=1, sort_keys=False))
-    stamp.write_text(h + "\n")
+    stamp.write_text(key + "\n")
     by_id = {r["id"]: r for r in records}
     print(format_table(summary_rows(splits, by_id, served)))
     meta = splits["meta"]
