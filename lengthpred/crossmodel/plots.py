@@ -12,6 +12,7 @@ import pandas as pd
 from lengthpred.crossmodel.ceilings import POOLED
 from lengthpred.crossmodel.table import ALL_MODELS, short_model
 from lengthpred.eval.plots import _save, plt
+from lengthpred.figures import legend_outside
 
 
 def heatmap_transfer(matrix: pd.DataFrame, path: str | Path, head: str,
@@ -62,9 +63,10 @@ def achieved_vs_ceiling(results: pd.DataFrame, ceil: Mapping[tuple[str, str], Ma
     for k, ds in enumerate(sorted({p[0] for p in pts})):
         xy = np.array([(p[1], p[2]) for p in pts if p[0] == ds])
         ax.scatter(xy[:, 0], xy[:, 1], s=16, color=plt.cm.tab10(k), label=ds)
-    ax.plot([0, 1], [0, 1], color="k", lw=0.8, ls="--", label="ceiling")
-    ax.set(xlim=(0, 1.02), ylim=(min(-0.1, min(p[2] for p in pts) - 0.05), 1.02),
+    x0 = min(p[1] for p in pts) - 0.01  # the ceilings sit near 1: spread them, don't pin the axis at 0
+    ax.plot([x0, 1.005], [x0, 1.005], color="k", lw=0.8, ls="--", label="ceiling (y = x)")
+    ax.set(xlim=(x0, 1.005), ylim=(min(-0.1, min(p[2] for p in pts) - 0.05), 1.02),
            xlabel="ceiling (mean of 10 samples)", ylabel=f"{head}: test Spearman",
            title=f"{len(models)} models × datasets: achieved vs ceiling")
-    ax.legend(fontsize=7, frameon=False, loc="upper left")
+    legend_outside(fig, ax)
     return _save(fig, path)
