@@ -21,7 +21,7 @@ from lengthpred.serve import (
     replay,
 )
 from lengthpred.serve.experiment import ServeSettings, fidelity_summary, run_grid
-from lengthpred.serve.fidelity import errors, sim_metrics, simulate_run
+from lengthpred.serve.fidelity import busy_intervals, contention_factor, errors, sim_metrics, simulate_run
 from lengthpred.serve.metrics import SLO, blank_latencies, latency_metrics, real_run_metrics
 from lengthpred.serve.priority import by_sim_policy
 from lengthpred.serve.profile_fit import fit_profile, step_durations
@@ -132,6 +132,40 @@ def test_step_durations_charge_loop_time_only_when_back_to_back():
     s = pd.DataFrame({"t_start": [0.0, 1.5, 3.0, 10.0], "t_end": [1.0, 2.0, 4.0, 11.0],
                       "idle_before": [True, False, False, True]})
     np.testing.assert_allclose(step_durations(s), [1.0, 1.0, 2.0, 1.0])
+
+
+def test_busy_intervals_merge_the_prediction_waits():
+    r = pd.DataFrame({"arrival": [0.0, 1.0, 5.0, 9.0], "ready": [2.0, 3.0, 5.0, 9.5]})
+    assert busy_intervals(r, 1.2) == [(0.0, 3.0, 1.2), (9.0, 9.5, 1.2)]
+    assert busy_intervals(r, 1.0) == []
+
+
+def test_contention_factor_is_the_slowdown_of_steps_that_overlap_a_prediction():
+    # every step 1.1x the profile (machine drift, not contention); those with a prediction in flight 1.25x more
+    rng = np.random.default_rng(0)
+    n = 60
+    batch, ctx, pf = rng.integers(1, 5, n), rng.integers(100, 1000, n), np.where(np.arange(n) % 7 == 0, 200, 0)
+    busy = np.arange(n) % 3 == 0
+    dur = 1.1 * np.where(busy, 1.25, 1.0) * (PROF.step_time(batch, ctx) + PROF.t_prefill_token * pf)
+    start = np.arange(n) * 1.0
+    steps = pd.DataFrame({"t_start": start, "t_end": start + dur, "idle_before": True, "batch": batch,
+                          "ctx_tokens": ctx, "prefill_tokens": pf, "n_predicting": busy.astype(int)})
+    assert contention_factor([steps], PROF, skip=0) == pytest.approx(1.25)
+    assert contention_factor([steps.assign(n_predicting=0)], PROF, skip=0) == 1.0
+
+
+def test_contention_slows_the_replay_only_while_requests_wait_for_predictions():
+    run, _ = _run(_requests(30))
+    pol = get_policy("fcfs")
+    base = simulate_run(run.requests, pol, PROF)
+    assert simulate_run(run.requests, pol, PROF, contention=2.0)["finish"].equals(base["finish"])  # no waits
+    req = run.requests.copy()
+    req.loc[10:12, "ready"] = req.loc[10:12, "arrival"] + 1.0
+    waited, slowed = simulate_run(req, pol, PROF), simulate_run(req, pol, PROF, contention=2.0)
+    early = waited["finish"] < req.loc[10, "arrival"]
+    assert early.any() and (slowed["finish"][early] == waited["finish"][early]).all()
+    assert (slowed["finish"][~early] >= waited["finish"][~early] - 1e-12).all()
+    assert (slowed["finish"] > waited["finish"] + 1e-6).any()
 
 
 def test_rejected_requests_are_counted_not_dropped():

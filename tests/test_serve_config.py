@@ -83,3 +83,24 @@ def test_serve_script_end_to_end_on_the_fake_engine(tmp_path):
     assert set(res[res["policy"] == "sjf"]["predictor"]) == {"h"}
     fid = pd.read_csv(out / "serve_fidelity.csv")
     assert len(fid) and fid["abs_err"].max() < 1e-6
+    # the stored run replayed by the simulator alone (serve.resimulate) gives the same simulated side
+    with open_dict(cfg):
+        cfg.serve.resimulate = str(out)
+        cfg.serve.out_dir = str(tmp_path / "again")
+    run_serve(cfg, Tracker(None))
+    again = tmp_path / "again"
+    fid2 = pd.read_csv(again / "serve_fidelity.csv")
+    pd.testing.assert_frame_equal(fid2[fid.columns], fid, check_exact=False, rtol=1e-9)
+    runs, runs2 = (pd.read_csv(d / "serve_runs.csv").sort_values(["hardware", "policy", "load", "seed", "metric"])
+                   .reset_index(drop=True) for d in (out, again))
+    pd.testing.assert_frame_equal(runs2, runs, check_exact=False, rtol=1e-9)
+    assert json.loads((again / "serve.json").read_text())["capacity_req_s"] == pytest.approx(
+        json.loads((out / "serve.json").read_text())["capacity_req_s"])
+
+
+def test_resimulate_refuses_a_folder_that_is_not_a_serve_run(tmp_path):
+    from lengthpred.errors import DataError
+
+    (tmp_path / "serve.json").write_text("{}")
+    with pytest.raises(DataError, match=r"not a serve run folder \(missing profile.json"):
+        setup.resimulated(tmp_path)

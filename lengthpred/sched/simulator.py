@@ -24,6 +24,7 @@ import heapq
 import logging
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +80,7 @@ def simulate(
     horizon: float | None = None,
     watermark: float = 0.01,
     seed: int = 0,
+    slowdown: Sequence[tuple[float, float, float]] = (),
 ) -> SimResult:
     """Serve `workload` on `profile` under `policy`; `predictor` gives lengths (array aligned with requests,
     or a `Predictor`). `aging` (key units per second waited) lowers a waiting request's key as it waits,
@@ -86,13 +88,18 @@ def simulate(
     (TRAIL's limited preemption; None: no cap): a running request at its cap is not evicted for a better key,
     and nothing else is evicted in its place (the waiting request waits); memory pressure may still evict it. `predictor_cost` (s per request) adds to its prefill step (`sync`) or only
     what the prefill does not hide (`async`). `horizon` (s) stops the run; default: run until all finish,
-    or stop at the last arrival when the offered load is at or above capacity."""
+    or stop at the last arrival when the offered load is at or above capacity. `slowdown`: sorted, disjoint
+    intervals (t0, t1, factor) in which every step takes `factor` times as long (a CPU the server shares
+    with other work, e.g. a predictor's prefill); a jump stops at each interval's edges."""
     if preemption not in ("recompute", "swap"):
         raise ConfigError(f"preemption={preemption!r}; valid: recompute, swap")
     if predictor_mode not in ("sync", "async"):
         raise ConfigError(f"predictor_mode={predictor_mode!r}; valid: sync, async")
     if not 0 <= watermark < 1:
         raise ConfigError(f"watermark={watermark} must lie in [0, 1)")
+    slow = [(float(a), float(b), float(f)) for a, b, f in slowdown]
+    if any(b < a or f <= 0 for a, b, f in slow) or any(slow[i][1] > slow[i + 1][0] for i in range(len(slow) - 1)):
+        raise ConfigError("slowdown intervals must be sorted, disjoint (t0 <= t1) and have a factor > 0")
     n = len(workload)
     if speculative and workload.accept is None:
         raise DataError("speculative decoding needs per-request acceptance rates (workload.accept)")
@@ -144,6 +151,7 @@ def simulate(
     t, G, S, R, B, extra = 0.0, 0, 0.0, 0.0, 0, 0.0
     n_recompute, t_preempt = 0, 0.0
     ptr, seq, n_events, n_steps = 0, 0, 0, 0
+    si = 0  # the first slowdown interval not yet over
     new_admits: list[int] = []
 
     def preempt(j: int) -> None:
@@ -246,6 +254,16 @@ def simulate(
         # jump: as many steps as possible before the next event
         alpha = t_base + t_seq * B + t_ctx * (S + R * G)
         beta = t_ctx * R
+        edge = math.inf
+        if slow:
+            while si < len(slow) and slow[si][1] <= t:
+                si += 1
+            if si < len(slow):
+                if slow[si][0] <= t:
+                    f = slow[si][2]
+                    alpha, beta, extra, edge = alpha * f, beta * f, extra * f, slow[si][1]
+                else:
+                    edge = slow[si][0]
         for i in new_admits:
             first_tok[i] = t + extra + alpha
         new_admits.clear()
@@ -256,7 +274,7 @@ def simulate(
             K = min(K, max(1, int(((M - B) * bs - S) / R) - G))
         if tick and waiting:
             K = min(K, tick - G % tick)
-        target = horizon
+        target = min(horizon, edge)
         if ptr < n and (preemptive or B < max_batch) and arr[ptr] < target:
             target = arr[ptr]
         T = extra + K * alpha + beta * K * (K - 1) / 2

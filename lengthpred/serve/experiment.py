@@ -20,6 +20,7 @@ metric: real, sim, signed and absolute error), `residuals` (step-time model vs m
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,13 +31,13 @@ import pandas as pd
 from lengthpred.errors import DataError
 from lengthpred.sched.workload import capacity
 from lengthpred.serve.clock import WallClock
-from lengthpred.serve.engine import Engine
-from lengthpred.serve.fidelity import errors, sim_metrics, simulate_run, step_residuals
+from lengthpred.serve.engine import Engine, EngineLimits
+from lengthpred.serve.fidelity import contention_factor, errors, sim_metrics, simulate_run, step_residuals
 from lengthpred.serve.metrics import SLO, blank_latencies, overloaded, real_run_metrics
 from lengthpred.serve.predictor import NoPredictor
 from lengthpred.serve.priority import by_sim_policy, get_policy
 from lengthpred.serve.profile_fit import ProfileFit, fit_profile
-from lengthpred.serve.replay import RunLog, replay
+from lengthpred.serve.replay import STEP_COLUMNS, RunLog, replay
 from lengthpred.serve.workload import PromptPool, draw_requests, make_requests, unit_arrivals
 
 log = logging.getLogger("lengthpred.serve")
@@ -73,6 +74,7 @@ class GridResult:
     capacity: float  # req/s on the fitted profile
     calibration: RunLog | None = None
     overload: list[dict] = field(default_factory=list)
+    fidelity_no_contention: pd.DataFrame = field(default_factory=pd.DataFrame)  # live-predictor runs, uncorrected
 
 
 def calibrate(engine: Engine, pool: PromptPool, s: ServeSettings, clock: Any) -> tuple[ProfileFit, RunLog]:
@@ -166,9 +168,28 @@ def run_grid(engine: Engine, pool: PromptPool, s: ServeSettings,
     return _collect(done, engine, s, fit, cap, cal)
 
 
+def _with_contention(done: list[_Run], s: ServeSettings, fit: ProfileFit) -> pd.DataFrame:
+    """Re-simulate each run whose requests waited for a live prediction with the engine's slowdown while
+    predicting (`contention_factor`), estimated on the *other* such runs so the replay stays out of sample;
+    the fidelity rows of the uncorrected replay are returned for comparison."""
+    live = [i for i, r in enumerate(done) if (r.log.steps["n_predicting"] > 0).any()]
+    before = pd.DataFrame([{**done[i].key, **e} for i in live if not done[i].overload
+                           for e in errors(done[i].real, done[i].sim)])
+    for i in live:
+        others = [done[j].log.steps for j in live if j != i] or [done[i].log.steps]
+        f = contention_factor(others, fit.profile, s.fit_skip)
+        r = done[i]
+        r.sim_requests = simulate_run(r.log.requests, by_sim_policy(r.key["policy"]), fit.profile, s.sim, f)
+        sm = sim_metrics(r.sim_requests, s.slo)
+        r.sim = blank_latencies(sm) if r.overload else sm
+        r.sim["contention"] = f
+    return before
+
+
 def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit, cap: float,
              cal: RunLog | None) -> GridResult:
     sim_name = f"sim:{fit.profile.name}"
+    fid_plain = _with_contention(done, s, fit)
     rows = []
     for r in done:
         rows += [(engine.name, s.data, *r.key.values(), k, v) for k, v in r.real.items()]
@@ -193,7 +214,41 @@ def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit
                                                              fit_all.profile, s.sim), s.slo))])
     resid = step_residuals(steps, fit.profile) if len(steps) else pd.DataFrame()
     return GridResult(runs, requests, steps, fid, fid_all, resid, fit, fit_all, cap, cal,
-                      [r.overload for r in done if r.overload])
+                      [r.overload for r in done if r.overload], fid_plain)
+
+
+def resimulate(requests: pd.DataFrame, steps: pd.DataFrame, runs: pd.DataFrame, engine_name: str,
+               limits: EngineLimits, fit: ProfileFit, cap: float, s: ServeSettings,
+               calibration: RunLog | None = None) -> GridResult:
+    """The simulator's side of a stored serving run again, without the engine: every run's real metrics as
+    measured (`runs`: its serve_runs.csv rows), its requests and steps (serve_requests / serve_steps) replayed
+    by the current simulator on `fit` (the run's own calibration profile), so a change to the simulator's
+    model is checked against the same real runs. `cap`: the capacity the run's loads were fractions of."""
+    real = runs[runs["hardware"] == engine_name]
+    done = []
+    for key, r in requests.groupby(KEYS, sort=False):
+        k = dict(zip(KEYS, key, strict=True))
+        m = real.loc[(real[KEYS] == pd.Series(k)).all(axis=1)].set_index("metric")["value"].to_dict()
+        if not m:
+            raise DataError(f"no measured metrics for run {k} in the stored serve_runs")
+        st = steps.loc[(steps[KEYS] == pd.Series(k)).all(axis=1), STEP_COLUMNS].reset_index(drop=True)
+        reqs = r.drop(columns=[*KEYS, "sim_first_token", "sim_finish"], errors="ignore").reset_index(drop=True)
+        pol = by_sim_policy(k["policy"])
+        simr = simulate_run(reqs, pol, fit.profile, s.sim)
+        sm = sim_metrics(simr, s.slo)
+        ov = None
+        if m.get("overload", 0.0) >= 1:
+            sm = blank_latencies(sm)
+            ov = {**k, "offered_rate": m.get("offered_load", math.nan) * cap, "capacity": cap, "horizon_hit": math.nan}
+        log_ = RunLog(reqs, st, {}, False, float(np.nanmax(reqs["finish"])) if reqs["finish"].notna().any() else 0.0)
+        done.append(_Run(k, log_, m, sm, simr, ov))
+    return _collect(done, _StoredEngine(engine_name, limits), s, fit, cap, calibration)
+
+
+@dataclass
+class _StoredEngine:
+    name: str
+    limits: EngineLimits
 
 
 def fidelity_summary(fid: pd.DataFrame) -> pd.DataFrame:

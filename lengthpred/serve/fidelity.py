@@ -5,6 +5,9 @@ arrival, unless it waited for a live prediction), with its prompt tokens, its re
 simulator's policy is the one `lengthpred.serve.priority` pairs with the serving policy. Latencies of both
 are then measured from the true arrivals, so the time a request waited for its prediction counts in both.
 Errors are signed (sim − real) / real and absolute, per run and metric (`FIDELITY_METRICS`).
+A live predictor's prefill shares the CPU with the engine: `contention_factor` measures how much slower
+the engine's steps ran while a prediction was in flight, and the replay slows the simulator's steps by it
+over the run's own prediction intervals (`busy_intervals`).
 `step_residuals` shows where the step-time model misses: measured against modelled step time per regime
 (decode-only steps by batch size, steps that prefill).
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -31,10 +35,48 @@ FIDELITY_METRICS = ("per_token_latency_mean", "per_token_latency_p90", "ttft_mea
                     "jct_p90", "tpot_mean")
 
 
+def busy_intervals(requests: pd.DataFrame, factor: float) -> list[tuple[float, float, float]]:
+    """The times some request of the run waited for its live prediction (the union of [arrival, ready]),
+    as the simulator's `slowdown` intervals with `factor`; none when predictions took no time."""
+    a, b = requests["arrival"].to_numpy(float), requests["ready"].to_numpy(float)
+    keep = np.isfinite(a) & np.isfinite(b) & (b > a)
+    if factor == 1.0 or not keep.any():
+        return []
+    out: list[list[float]] = []
+    for lo, hi in sorted(zip(a[keep], b[keep], strict=True)):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi, float(factor)) for lo, hi in out]
+
+
+def contention_factor(steps: Sequence[pd.DataFrame], profile: HardwareProfile, skip: int = 2) -> float:
+    """How much slower the engine's steps ran while a live prediction shared its cores: (measured / modelled
+    step time over steps with a request predicting) / (the same over the others), pooled over `steps`
+    (runs' step frames). 1.0 when no step overlapped a prediction."""
+    coef = np.array([profile.t_base, profile.t_seq, profile.t_ctx, profile.t_prefill_token])
+    sums = np.zeros((2, 2))  # [busy, quiet] × [measured, modelled]
+    for s in steps:
+        s = s.iloc[skip:]
+        s = s[s["batch"] > 0]
+        if s.empty:
+            continue
+        d, m = step_durations(s), design(s) @ coef
+        ok = np.isfinite(d) & (m > 0)
+        busy = (s["n_predicting"].to_numpy() > 0) & ok
+        quiet = ~busy & ok
+        sums += [[d[busy].sum(), m[busy].sum()], [d[quiet].sum(), m[quiet].sum()]]
+    if sums[0, 1] <= 0 or sums[1, 1] <= 0 or sums[1, 0] <= 0:
+        return 1.0
+    return float((sums[0, 0] / sums[0, 1]) / (sums[1, 0] / sums[1, 1]))
+
+
 def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareProfile,
-                 sim: dict[str, Any] | None = None) -> pd.DataFrame:
+                 sim: dict[str, Any] | None = None, contention: float = 1.0) -> pd.DataFrame:
     """The run's requests with simulated `first_token` and `finish` (NaN for requests the engine rejected
-    or never admitted)."""
+    or never admitted). `contention`: the factor by which steps slow while a live prediction runs
+    (`contention_factor`), applied over the run's own prediction intervals."""
     r = requests.reset_index(drop=True)
     ok = (r["status"] != "rejected").to_numpy() & np.isfinite(r["added"].to_numpy(float))
     out = r.assign(first_token=math.nan, finish=math.nan)
@@ -50,7 +92,8 @@ def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareP
     pred = ArrayPredictor(r["priority"].to_numpy(float)[idx], name="priority") if pol.needs_prediction else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # overload is judged on the real run (lengthpred.serve.metrics)
-        res = simulate(wl, profile, pol, pred, **{"max_preemptions": None, "horizon": math.inf, **(sim or {})})
+        res = simulate(wl, profile, pol, pred, **{"max_preemptions": None, "horizon": math.inf, **(sim or {})},
+                       slowdown=busy_intervals(r, contention))
     ft, fin = np.full(len(r), math.nan), np.full(len(r), math.nan)
     ft[idx], fin[idx] = res.first_token, res.finish
     return out.assign(first_token=ft, finish=fin, output_tokens=np.where(np.isfinite(fin), out["target_tokens"], 0))

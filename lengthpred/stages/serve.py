@@ -34,12 +34,14 @@ from lengthpred.sched.sources import read_prediction_files
 from lengthpred.sched.summary import gains, summarize_runs
 from lengthpred.serve import report
 from lengthpred.serve.clock import VirtualClock, WallClock
-from lengthpred.serve.experiment import ServeSettings, fidelity_summary, run_grid
+from lengthpred.serve.engine import EngineLimits
+from lengthpred.serve.experiment import GridResult, ServeSettings, fidelity_summary, resimulate, run_grid
 from lengthpred.serve.fake import FakeEngine
 from lengthpred.serve.featurize import CachedFeaturizer, PrefillFeaturizer
 from lengthpred.serve.metrics import SLO
 from lengthpred.serve.predictor import NoPredictor, OnlineReadout, TablePredictor
 from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict
+from lengthpred.serve.replay import RunLog
 from lengthpred.serve.vllm_engine import VLLMEngine
 from lengthpred.serve.workload import PromptPool, build_pool
 from lengthpred.stages.targets import load_targets
@@ -197,10 +199,16 @@ def load_profile_fit(path: str | Path) -> ProfileFit:
 def run_serve(cfg: DictConfig, tracker: Any) -> Path:
     """Replay the prompt pool on the engine under every policy, load and repeat, check the simulator against
     it, write the tables, fidelity, requests, steps, profile and plots into `serve.out_dir` (schemas in
-    lengthpred/serve/experiment.py) and print them. Returns the folder."""
+    lengthpred/serve/experiment.py) and print them. Returns the folder. `serve.resimulate=<a serve run's
+    folder>` starts no engine: that run's measurements are replayed by the current simulator instead."""
     sc = cfg.serve
     out = Path(sc.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if sc.get("resimulate"):
+        res, settings, name, limits = resimulated(Path(sc.resimulate))
+        print(f"serve: the runs stored in {sc.resimulate} replayed by the simulator (no engine)", flush=True)
+        return write_serve(cfg, res, settings, name, limits, out, tracker, stored=OmegaConf.create(
+            json.loads((Path(sc.resimulate) / "serve.json").read_text())["config"]))
     settings = settings_from_cfg(cfg)
     tokenizer = load_tokenizer(instantiate(cfg.model))
     pool, prompts, splits, targets = load_inputs(cfg, tokenizer)
@@ -212,11 +220,41 @@ def run_serve(cfg: DictConfig, tracker: Any) -> Path:
           f"{engine.limits.max_batch}, {engine.limits.kv_blocks} KV blocks of {engine.limits.block_size})", flush=True)
     res = run_grid(engine, pool, settings, make_predictor, clock=clock, fit=fit,
                    progress=lambda msg: print(msg, flush=True))
+    return write_serve(cfg, res, settings, engine.name, engine.limits, out, tracker, stored=sc)
+
+
+RUN_FILES = ("serve.json", "profile.json", "serve_runs.csv", "serve_requests.parquet", "serve_steps.parquet")
+
+
+def resimulated(run_dir: Path) -> tuple[GridResult, ServeSettings, str, EngineLimits]:
+    """A stored serve run (`run_serve`'s folder) replayed by the current simulator on its own calibration
+    profile, with its own settings (`lengthpred.serve.experiment.resimulate`)."""
+    missing = [f for f in RUN_FILES if not (run_dir / f).is_file()]
+    if missing:
+        raise DataError(f"serve.resimulate={run_dir}: not a serve run folder (missing {', '.join(missing)})")
+    meta = json.loads((run_dir / "serve.json").read_text())
+    runs = pd.read_csv(run_dir / "serve_runs.csv")
+    data = str(runs["data"].iloc[0]) if len(runs) else "unknown"
+    settings = settings_from_cfg(OmegaConf.create({"serve": meta["config"], "data": {"name": data}}))
+    limits = EngineLimits(**meta["limits"])
+    cal_path = run_dir / "calibration_steps.parquet"
+    cal = RunLog(pd.DataFrame(), pd.read_parquet(cal_path), {}, False, 0.0) if cal_path.is_file() else None
+    res = resimulate(pd.read_parquet(run_dir / "serve_requests.parquet"), pd.read_parquet(run_dir / "serve_steps.parquet"),
+                     runs.drop(columns="experiment", errors="ignore"), meta["engine"], limits,
+                     load_profile_fit(run_dir / "profile.json"), float(meta["capacity_req_s"]), settings, cal)
+    return res, settings, meta["engine"], limits
+
+
+def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engine_name: str, limits: EngineLimits,
+                out: Path, tracker: Any, stored: Any) -> Path:
+    """The tables, fidelity, requests, steps, profile and plots of a comparison into `out`, and the printout.
+    `stored`: the serve config recorded in serve.json."""
+    sc = cfg.serve
     runs = res.runs.copy()
     runs.insert(0, "experiment", cfg.experiment_name)
     summary = summarize_runs(runs.drop(columns="experiment"))
     summary.insert(0, "experiment", cfg.experiment_name)
-    real = runs[runs["hardware"] == engine.name].drop(columns="experiment")
+    real = runs[runs["hardware"] == engine_name].drop(columns="experiment")
     gain = gains(real)
     fsum, fsum_all = fidelity_summary(res.fidelity), fidelity_summary(res.fidelity_all)
     runs.to_csv(out / "serve_runs.csv", index=False)
@@ -225,6 +263,8 @@ def run_serve(cfg: DictConfig, tracker: Any) -> Path:
     res.fidelity.to_csv(out / "serve_fidelity.csv", index=False)
     fsum.to_csv(out / "fidelity_summary.csv", index=False)
     fsum_all.to_csv(out / "fidelity_in_sample_summary.csv", index=False)
+    fsum_plain = fidelity_summary(res.fidelity_no_contention)
+    fsum_plain.to_csv(out / "fidelity_no_contention_summary.csv", index=False)
     if res.calibration is not None:
         res.calibration.steps.to_parquet(out / "calibration_steps.parquet", index=False)
     res.residuals.to_csv(out / "step_residuals.csv", index=False)
@@ -232,22 +272,25 @@ def run_serve(cfg: DictConfig, tracker: Any) -> Path:
     res.steps.to_parquet(out / "serve_steps.parquet", index=False)
     (out / "profile.json").write_text(json.dumps(res.fit.to_dict(), indent=1))
     (out / "serve.json").write_text(json.dumps({
-        "engine": engine.name, "limits": asdict(engine.limits), "capacity_req_s": res.capacity,
+        "engine": engine_name, "limits": asdict(limits), "capacity_req_s": res.capacity,
         "profile": res.fit.to_dict(), "profile_all_runs": res.fit_all.to_dict() if res.fit_all else None,
-        "overload": res.overload, "config": OmegaConf.to_container(sc, resolve=True)}, indent=1, default=str))
-    table, ftable = report.results_table(summary, engine.name), report.fidelity_table(fsum)
+        "overload": res.overload, "config": OmegaConf.to_container(stored, resolve=True)}, indent=1, default=str))
+    table, ftable = report.results_table(summary, engine_name), report.fidelity_table(fsum)
     if sc.plots and not res.requests.empty:
         report.plot_latency_cdf(res.requests, out / "serve_latency_cdf.png")
         report.plot_queue(res.steps, out / "serve_queue.png")
         tracker.log_image("serve_latency_cdf", out / "serve_latency_cdf.png")
     tracker.log_table("serve_fidelity", list(fsum.columns), fsum.values.tolist())
-    print(f"\n**Real engine ({engine.name}), means over {len(settings.seeds)} repeats [95% CI]**\n\n{table}")
+    print(f"\n**Real engine ({engine_name}), means over {len(settings.seeds)} repeats [95% CI]**\n\n{table}")
     print(f"\n**Simulator ({res.fit.profile.name}) vs real**\n\n{ftable}")
     if len(fsum_all):
         worst = fsum_all[fsum_all["metric"].isin([c[0] for c in report.FID_COLUMNS])]["max_abs_err"].max()
         print(f"\nIn sample (profile refitted on every run's steps, {res.fit_all.profile.name}): worst |error| "
               f"{100 * worst:.1f}%; if this is small and the table above is not, the calibration burst is at fault, "
               f"not the model's form")
+    if len(fsum_plain):
+        print(f"\nLive-predictor runs without the contention model (steps not slowed while a prediction "
+              f"runs):\n\n{report.fidelity_table(fsum_plain)}")
     print(f"\nstep-time model vs measured (calibration profile):\n{res.residuals.to_string(index=False)}")
     print(f"\nwrote {out}/serve_results.csv (+ runs, gains, fidelity, requests, steps, profile, plots)")
     return out
