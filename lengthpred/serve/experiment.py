@@ -208,10 +208,12 @@ def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit
         except DataError:
             pass
     if fit_all is not None:
+        live = [r.log.steps for r in done if (r.log.steps["n_predicting"] > 0).any()]
+        f_all = contention_factor(live, fit_all.profile, s.fit_skip) if live else 1.0
         fid_all = pd.DataFrame([
             {**r.key, **e} for r in done if not r.overload
             for e in errors(r.real, sim_metrics(simulate_run(r.log.requests, by_sim_policy(r.key["policy"]),
-                                                             fit_all.profile, s.sim), s.slo))])
+                                                             fit_all.profile, s.sim, f_all), s.slo))])
     resid = step_residuals(steps, fit.profile) if len(steps) else pd.DataFrame()
     return GridResult(runs, requests, steps, fid, fid_all, resid, fit, fit_all, cap, cal,
                       [r.overload for r in done if r.overload], fid_plain)

@@ -57,12 +57,15 @@ def design(steps: pd.DataFrame) -> np.ndarray:
 def fit_profile(runs: Sequence[pd.DataFrame], limits: EngineLimits, *, name: str = "fitted",
                 skip: int = 2, source: str = "") -> ProfileFit:
     """Fit on the steps of `runs` (each a `RunLog.steps` frame), leaving out each run's first `skip` steps
-    (warm-up) and steps that scheduled nothing."""
+    (warm-up), steps that scheduled nothing and steps that overlapped a live prediction (their slowdown is
+    `lengthpred.serve.fidelity.contention_factor`'s)."""
     parts = []
     for s in runs:
         s = s.iloc[skip:] if len(s) > skip else s.iloc[0:0]
         d = step_durations(s) if len(s) else np.zeros(0)
         keep = (s["batch"].to_numpy() > 0) & np.isfinite(d) & (d > 0)
+        if "n_predicting" in s.columns:  # a live prediction shared the CPU: contention, not the engine's cost
+            keep &= s["n_predicting"].to_numpy() == 0
         parts.append((design(s)[keep], d[keep]))
     X = np.vstack([p[0] for p in parts]) if parts else np.zeros((0, 4))
     y = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
