@@ -170,7 +170,8 @@ def run_grid(engine: Engine, pool: PromptPool, s: ServeSettings,
 
 def _with_contention(done: list[_Run], s: ServeSettings, fit: ProfileFit) -> pd.DataFrame:
     """Re-simulate each run whose requests waited for a live prediction with the engine's slowdown while
-    predicting (`contention_factor`), estimated on the *other* such runs so the replay stays out of sample;
+    predicting (`contention_factor`), estimated on the *other* such runs so the replay stays out of sample
+    (on its own steps when it is the only one);
     the fidelity rows of the uncorrected replay are returned for comparison."""
     live = [i for i, r in enumerate(done) if (r.log.steps["n_predicting"] > 0).any()]
     before = pd.DataFrame([{**done[i].key, **e} for i in live if not done[i].overload
