@@ -168,12 +168,16 @@ def run_grid(engine: Engine, pool: PromptPool, s: ServeSettings,
     return _collect(done, engine, s, fit, cap, cal)
 
 
+def _waited_for_predictions(r: _Run) -> bool:
+    return bool((r.log.steps["n_predicting"] > 0).any())
+
+
 def _with_contention(done: list[_Run], s: ServeSettings, fit: ProfileFit) -> pd.DataFrame:
     """Re-simulate each run whose requests waited for a live prediction with the engine's slowdown while
     predicting (`contention_factor`), estimated on the *other* such runs so the replay stays out of sample
-    (on its own steps when it is the only one);
-    the fidelity rows of the uncorrected replay are returned for comparison."""
-    live = [i for i, r in enumerate(done) if (r.log.steps["n_predicting"] > 0).any()]
+    (on its own steps when it is the only one); the fidelity rows of the uncorrected replay are returned
+    for comparison."""
+    live = [i for i, r in enumerate(done) if _waited_for_predictions(r)]
     before = pd.DataFrame([{**done[i].key, **e} for i in live if not done[i].overload
                            for e in errors(done[i].real, done[i].sim)])
     for i in live:
@@ -209,7 +213,7 @@ def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit
         except DataError:
             pass
     if fit_all is not None:
-        live = [r.log.steps for r in done if (r.log.steps["n_predicting"] > 0).any()]
+        live = [r.log.steps for r in done if _waited_for_predictions(r)]
         f_all = contention_factor(live, fit_all.profile, s.fit_skip) if live else 1.0
         fid_all = pd.DataFrame([
             {**r.key, **e} for r in done if not r.overload

@@ -29,7 +29,7 @@ from lengthpred.sched.simulator import simulate
 from lengthpred.sched.workload import Workload
 from lengthpred.serve.metrics import SLO, latency_metrics
 from lengthpred.serve.priority import ServePolicy
-from lengthpred.serve.profile_fit import design, step_durations
+from lengthpred.serve.profile_fit import model_step_times, step_durations
 
 FIDELITY_METRICS = ("per_token_latency_mean", "per_token_latency_p90", "ttft_mean", "ttft_p90", "jct_mean",
                     "jct_p90", "tpot_mean")
@@ -55,14 +55,13 @@ def contention_factor(steps: Sequence[pd.DataFrame], profile: HardwareProfile, s
     """How much slower the engine's steps ran while a live prediction shared its cores: (measured / modelled
     step time over steps with a request predicting) / (the same over the others), pooled over `steps`
     (runs' step frames). 1.0 when no step overlapped a prediction."""
-    coef = np.array([profile.t_base, profile.t_seq, profile.t_ctx, profile.t_prefill_token])
     sums = np.zeros((2, 2))  # [busy, quiet] × [measured, modelled]
     for s in steps:
         s = s.iloc[skip:]
         s = s[s["batch"] > 0]
         if s.empty:
             continue
-        d, m = step_durations(s), design(s) @ coef
+        d, m = step_durations(s), model_step_times(s, profile)
         ok = np.isfinite(d) & (m > 0)
         busy = (s["n_predicting"].to_numpy() > 0) & ok
         quiet = ~busy & ok
@@ -124,8 +123,7 @@ def step_residuals(steps: pd.DataFrame, profile: HardwareProfile, batch_bins: tu
     if s.empty:
         return pd.DataFrame(columns=["regime", "batch_bin", "n", "measured_s", "model_s", "rel_err"])
     d = step_durations(s)
-    X = design(s)
-    model = X @ np.array([profile.t_base, profile.t_seq, profile.t_ctx, profile.t_prefill_token])
+    model = model_step_times(s, profile)
     regime = np.where(s["prefill_tokens"].to_numpy() > 0, "prefill", "decode")
     edges = np.array(batch_bins)
     b = s["batch"].to_numpy()

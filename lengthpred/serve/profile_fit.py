@@ -54,6 +54,11 @@ def design(steps: pd.DataFrame) -> np.ndarray:
                             steps["prefill_tokens"]]).astype(float)
 
 
+def model_step_times(steps: pd.DataFrame, profile: HardwareProfile) -> np.ndarray:
+    """The profile's time for each recorded step (its batch, context and prefilled tokens)."""
+    return design(steps) @ np.array([getattr(profile, c) for c in COEFFICIENTS])
+
+
 def fit_profile(runs: Sequence[pd.DataFrame], limits: EngineLimits, *, name: str = "fitted",
                 skip: int = 2, source: str = "") -> ProfileFit:
     """Fit on the steps of `runs` (each a `RunLog.steps` frame), leaving out each run's first `skip` steps
