@@ -2,7 +2,9 @@
 
 Every head is an sklearn estimator: `fit(X, y) -> self` (fresh state), `predict(X)` → lengths in
 tokens, learned attributes ending in `_`, `n_parameters`, `save(dir)` / `HEADS`-aware `load_head(dir)`
-(safetensors + json, never pickle); the torch MLP heads also have `partial_fit`.
+(safetensors + json, never pickle); the torch MLP heads also have `partial_fit`. Heads that predict a distribution (`predicts_distribution`:
+egtp, estp, estp_learned, probe, quantile_linear, censored_lognormal) also have `predict_dist(X)` (a
+`lengthpred.distributions` object) and `predict_quantiles(X, q)`; every other head refuses both in one line.
 
 Input convention. Each head class names the one field of a `HeadInput` it reads (`input_kind`), and
 its X is that field as plain data:
@@ -20,10 +22,19 @@ its X is that field as plain data:
 per-prompt target in tokens, where a capped generation counts as the cap (a lower bound).
 """
 
-from lengthpred.heads import baselines, binned, fusion, linear, proxy  # noqa: F401  (registers the heads)
-from lengthpred.heads.base import HEADS, BaseHead, HeadInput, HeadInputError, LabeledSet, load_head
+from lengthpred.heads import baselines, binned, distributional, fusion, linear, proxy  # noqa: F401  (registers the heads)
+from lengthpred.heads.base import (
+    HEADS,
+    BaseHead,
+    HeadInput,
+    HeadInputError,
+    LabeledSet,
+    NoDistributionError,
+    load_head,
+)
 from lengthpred.heads.baselines import ConstantHead, DomainMedianHead
 from lengthpred.heads.binned import EGTPHead, ESTPHead, ProbeHead
+from lengthpred.heads.distributional import CensoredLogNormalHead, QuantileLinearHead
 from lengthpred.heads.fusion import ESTPLearnedHead
 from lengthpred.heads.linear import LinearHead, PromptLenHead
 from lengthpred.heads.proxy import ProxyClsHead, ProxyRankHead, ProxyRegHead
@@ -32,6 +43,7 @@ from lengthpred.heads.training import build_head, head_params, predictions_frame
 __all__ = [
     "HEADS",
     "BaseHead",
+    "CensoredLogNormalHead",
     "ConstantHead",
     "DomainMedianHead",
     "EGTPHead",
@@ -41,8 +53,10 @@ __all__ = [
     "HeadInputError",
     "LabeledSet",
     "LinearHead",
+    "NoDistributionError",
     "ProbeHead",
     "PromptLenHead",
+    "QuantileLinearHead",
     "ProxyClsHead",
     "ProxyRankHead",
     "ProxyRegHead",

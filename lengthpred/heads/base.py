@@ -13,6 +13,7 @@ from safetensors.numpy import load_file, save_file
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from lengthpred.distributions import LengthDistribution, check_quantiles
 from lengthpred.errors import DataError, ModelError
 from lengthpred.registry import Registry
 
@@ -74,6 +75,10 @@ class LabeledSet:
         return len(self.inputs)
 
 
+class NoDistributionError(ModelError):
+    """A point head asked for a distribution."""
+
+
 class BaseHead(RegressorMixin, BaseEstimator):
     """sklearn estimator protocol + safetensors/json persistence.
 
@@ -83,6 +88,18 @@ class BaseHead(RegressorMixin, BaseEstimator):
 
     input_kind: ClassVar[InputKind] = "features"
     name: ClassVar[str] = ""
+    predicts_distribution: ClassVar[bool] = False  # True where `predict_dist` is implemented
+
+    # -- distributions -----------------------------------------------------------------------------
+    def predict_dist(self, X: Any) -> LengthDistribution:
+        """One predicted length distribution per row of X (lengthpred.distributions); point heads refuse."""
+        names = ", ".join(n for n in HEADS.names() if HEADS.get(n).predicts_distribution)
+        raise NoDistributionError(f"head {self.name!r} predicts a point, not a distribution (heads that do: {names})")
+
+    def predict_quantiles(self, X: Any, q: Any) -> np.ndarray:
+        """[n, len(q)] lengths at levels q (strictly increasing, inside (0, 1)), never crossing."""
+        levels = check_quantiles(q)
+        return self.predict_dist(X).quantile(levels)
 
     # -- persistence -------------------------------------------------------------------------------
     def _state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -27,6 +27,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
+from lengthpred.distributions import Histogram
 from lengthpred.heads.base import HEADS, BaseHead, check_targets
 
 
@@ -92,6 +93,7 @@ class BinnedMLPHead(BaseHead):
     """Shared machinery of the binned heads; the defaults are EGTP's, subclasses change them."""
 
     input_kind = "features"
+    predicts_distribution = True
     _parameter_constraints: dict = {
         "hidden": [Interval(Integral, 1, None, closed="left"), None],
         "n_bins": [Interval(Integral, 2, None, closed="left")],
@@ -232,6 +234,13 @@ class BinnedMLPHead(BaseHead):
         with torch_threads(self.n_threads), torch.no_grad():
             logits = self.module_(torch.from_numpy((X - self.x_mean_) / self.x_scale_))
         return torch.softmax(logits, dim=1).double().numpy()
+
+    def predict_dist(self, X: Any) -> Histogram:
+        """The bin probabilities the head computes, as a distribution: uniform inside each bin (a point mass
+        in a zero-width one). The last bin ends at the training maximum (the cap when samples were capped).
+        Its mean uses bin midpoints, `predict` the bins' training means (`bin_centres_`): they differ by less
+        than a bin's width."""
+        return Histogram(self.bin_edges_, self.predict_bins(X))
 
     def predict(self, X: Any) -> np.ndarray:
         p = self.predict_bins(X)

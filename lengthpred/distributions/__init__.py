@@ -1,0 +1,33 @@
+"""Length distributions: predicted distribution objects, censored observations and their scores.
+
+`objects` (LogNormal, Histogram, QuantileGrid, Empirical, PointMass; `check_quantiles`), `censored` (every
+sampled length a draw, a capped one right-censored at the cap; `from_trace`, `recap`), `scores` (pinball,
+CRPS, coverage, PIT on the capped length: see its docstring for how capped samples are scored).
+"""
+
+from lengthpred.distributions.censored import Observations, from_trace, per_row_samples, recap, trace_cap
+from lengthpred.distributions.objects import (
+    Empirical,
+    Histogram,
+    LengthDistribution,
+    LogNormal,
+    PointMass,
+    QuantileGrid,
+    check_quantiles,
+)
+from lengthpred.distributions.scores import (
+    bootstrap_mean,
+    coverage,
+    crps,
+    per_prompt,
+    pinball,
+    pit_bounds,
+    pit_histogram,
+    score_all,
+)
+
+__all__ = [
+    "Empirical", "Histogram", "LengthDistribution", "LogNormal", "Observations", "PointMass", "QuantileGrid",
+    "bootstrap_mean", "check_quantiles", "coverage", "crps", "from_trace", "per_prompt", "per_row_samples",
+    "pinball", "pit_bounds", "pit_histogram", "recap", "score_all", "trace_cap",
+]
