@@ -17,6 +17,7 @@ from lengthpred.distributions import (
     check_quantiles,
     coverage,
     crps,
+    crps_fair,
     from_trace,
     pinball,
     pit_histogram,
@@ -146,3 +147,21 @@ def test_from_trace_reads_the_cap_and_refuses_a_trace_without_one():
     assert r.cap == 20 and r.capped.tolist() == [False, True, True] and r.length.max() == 20
     with pytest.raises(DataError, match="cannot re-cap"):
         recap(o, 1024)
+
+
+def test_fair_crps_is_unbiased_for_the_members_distribution():
+    """With 2 members per ensemble the plain ensemble CRPS is biased up; the fair one matches the CRPS of the
+    distribution the members come from (here a known log-normal, by the grid)."""
+    rng = np.random.default_rng(3)
+    n, cap = 4000, 400
+    mu = np.full(n, 4.5)
+    draw = lambda: np.minimum(np.floor(np.expm1(mu + 0.5 * rng.normal(size=n))), cap)  # noqa: E731
+    y, a, b = draw(), draw(), draw()
+    o = obs_of(y, cap)
+    truth = crps(LogNormal(mu, 0.5), o).mean()
+    fair = crps_fair([np.array([p, q]) for p, q in zip(a, b, strict=True)], o).mean()
+    plain = crps(Empirical([[p, q] for p, q in zip(a, b, strict=True)]), o).mean()
+    assert abs(fair - truth) < 0.03 * truth
+    assert plain > truth * 1.15
+    with pytest.raises(ValueError, match="at least 2"):
+        crps_fair([np.array([1.0])], obs_of([1.0], cap))

@@ -19,6 +19,7 @@ from lengthpred.distributions.scores import (
     bootstrap_mean,
     coverage,
     crps,
+    crps_fair,
     per_prompt,
     pinball,
     pit_bounds,
@@ -28,6 +29,6 @@ from lengthpred.distributions.scores import (
 
 __all__ = [
     "Empirical", "Histogram", "LengthDistribution", "LogNormal", "Observations", "PointMass", "QuantileGrid",
-    "bootstrap_mean", "check_quantiles", "coverage", "crps", "from_trace", "per_prompt", "per_row_samples",
+    "bootstrap_mean", "check_quantiles", "coverage", "crps", "crps_fair", "from_trace", "per_prompt", "per_row_samples",
     "pinball", "pit_bounds", "pit_histogram", "recap", "score_all", "trace_cap",
 ]

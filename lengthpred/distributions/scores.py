@@ -17,6 +17,7 @@ The unit of resampling is the prompt: per-sample scores are averaged per prompt 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,22 @@ def crps(dist: LengthDistribution, obs: Observations) -> np.ndarray:
         F = dist.take(rows).cdf(np.broadcast_to(z, (rows.size, z.size)))  # [b, C]
         ind = (obs.length[sl, None] <= z[None, :]) & ~obs.capped[sl, None]
         out[sl] = ((F - ind) ** 2).sum(axis=1)
+    return out
+
+
+def crps_fair(ensembles: Sequence[np.ndarray], obs: Observations) -> np.ndarray:
+    """[N] fair CRPS of min(L, C) for sample `i` from ensemble `ensembles[i]` (its m ≥ 2 members at the cap when
+    capped): (1/m) Σ|x_j − y| − 1/(2m(m−1)) Σ_{j,k}|x_j − x_k| (Ferro 2014), an unbiased estimate of the CRPS of
+    the distribution the members are drawn from; the plain ensemble CRPS (`crps` of an `Empirical`) is biased
+    up by the members' own spread for small m."""
+    y = np.minimum(obs.length, obs.cap)
+    out = np.empty(len(obs))
+    for i, e in enumerate(ensembles):
+        x = np.minimum(np.asarray(e, dtype=np.float64), obs.cap)
+        m = x.size
+        if m < 2:
+            raise ValueError("the fair CRPS needs at least 2 members per ensemble")
+        out[i] = np.abs(x - y[i]).mean() - np.abs(x[:, None] - x[None, :]).sum() / (2 * m * (m - 1))
     return out
 
 
@@ -151,6 +168,7 @@ def score_all(dist: LengthDistribution, obs: Observations, *, levels: Any = PINB
 
 
 __all__ = [
-    "INTERVALS", "PINBALL_LEVELS", "Interval", "bootstrap_mean", "coverage", "crps", "per_prompt", "pinball",
+    "INTERVALS", "PINBALL_LEVELS", "Interval", "bootstrap_mean", "coverage", "crps", "crps_fair", "per_prompt",
+    "pinball",
     "pit_bounds", "pit_histogram", "score_all",
 ]

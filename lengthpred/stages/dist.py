@@ -1,0 +1,93 @@
+"""The distributional stage (`scripts/evaluate_dist.py`): fit the distributional heads of `cfg.distribution`
+on the in-domain train prompts' sampled lengths, score them on the test prompts' samples, and run the
+known-truth checks (a synthetic trace; the trace re-capped at `distribution.short_cap` against its own cap).
+
+Writes into `out_dir`: `dist_scores.csv`, `dist_pit.csv`, `dist_recap.csv`, `dist_synthetic.csv`, `dist.md`
+(the tables) and `dist_pit.png` (the PIT histograms).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lengthpred.data import load_prompts, load_splits
+from lengthpred.distributions import from_trace
+from lengthpred.errors import ConfigError
+from lengthpred.eval.dist_report import pit_figure, render
+from lengthpred.eval.distributional import (
+    ALL_HEADS,
+    DistSplit,
+    fit_distributions,
+    pit_table,
+    recap_check,
+    score_table,
+    synthetic_check,
+)
+from lengthpred.heads.assemble import indomain_ids
+from lengthpred.names import FeatureKey
+from lengthpred.stages.features import ensure_features
+from lengthpred.stages.locations import reference_path
+from lengthpred.targets import read_reference
+
+FEATURES = ("hs", "trace")
+
+
+def feature_matrix(cfg: Any, prompts: Any, rows: pd.DataFrame, ids: list[str]) -> tuple[np.ndarray, str]:
+    """[len(ids), d] features of `cfg.distribution.features` (and their description)."""
+    kind = str(cfg.distribution.features)
+    if kind not in FEATURES:
+        raise ConfigError(f"distribution.features={kind!r}: use one of {list(FEATURES)}")
+    if kind == "hs":
+        key = FeatureKey(int(cfg.distribution.layer), str(cfg.distribution.pooling))
+        fs = ensure_features(cfg, prompts, need=[(key.layer, key.pool)])
+        where = {i: k for k, i in enumerate(fs.ids)}
+        return np.asarray(fs.get(str(key)), dtype=np.float64)[[where[i] for i in ids]], str(key)
+    tokens = rows.groupby(rows["id"].astype(str))["prompt_tokens"].first()
+    domain = {r["id"]: r["domain"] for r in prompts}
+    domains = sorted({domain[i] for i in ids})
+    onehot = np.array([[domain[i] == d for d in domains] for i in ids], dtype=np.float64)
+    return np.column_stack([np.log1p(tokens.loc[ids].to_numpy(np.float64)), onehot]), "log1p(prompt tokens) + domain"
+
+
+def run_dist(cfg: Any, out_dir: str | Path, log: Any = print) -> dict[str, pd.DataFrame]:
+    d = cfg.distribution
+    heads = list(d.heads)
+    unknown = [h for h in heads if h not in ALL_HEADS]
+    if unknown:
+        raise ConfigError(f"distribution.heads: unknown {unknown}; valid: {list(ALL_HEADS)}")
+    path = reference_path(cfg)
+    rows, meta = read_reference(path)
+    prompts = load_prompts(cfg.data)
+    ids = indomain_ids(load_splits(cfg.data))
+    every = [i for part in ("train", "val", "test") for i in ids[part]]
+    X_all, feature = feature_matrix(cfg, prompts, rows, every)
+    parts, start = {}, 0
+    for part in ("train", "val", "test"):
+        X = X_all[start:start + len(ids[part])]
+        start += len(ids[part])
+        parts[part] = DistSplit(X, from_trace(rows, meta, ids[part], where=str(path)))
+    seed = int(cfg.seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    synth = synthetic_check(cap=float(d.short_cap), seed=seed)
+    recap = recap_check(parts["train"], parts["test"], float(d.short_cap), log=log)
+    dists = fit_distributions(parts["train"], parts["val"], parts["test"], heads, seed=seed, log=log)
+    scores = score_table(dists, parts["test"].obs, reference=str(d.reference), n_boot=int(d.n_boot), seed=seed)
+    pit = pit_table(dists, parts["test"].obs)
+    synth.to_csv(out / "dist_synthetic.csv", index=False)
+    recap.to_csv(out / "dist_recap.csv", index=False)
+    scores.to_csv(out / "dist_scores.csv", index=False)
+    pit.to_csv(out / "dist_pit.csv")
+    info = {"model": str(cfg.model.name), "data": str(cfg.data.name), "features": feature,
+            "n_train": len(parts["train"].X), "n_test": len(parts["test"].X),
+            "train_samples": len(parts["train"].obs), "test_samples": len(parts["test"].obs),
+            "cap": parts["test"].obs.cap, "test_capped": parts["test"].obs.capped_frac,
+            "train_capped_short": float((parts["train"].obs.length >= float(d.short_cap)).mean()),
+            "short_cap": float(d.short_cap), "reference": str(d.reference)}
+    (out / "dist.md").write_text(render(scores, recap, synth, info) + "\n")
+    pit_figure(pit, out / "dist_pit.png", title=f"{info['data']}: PIT of one sampled length ({feature})")
+    return {"scores": scores, "recap": recap, "synthetic": synth, "pit": pit}
