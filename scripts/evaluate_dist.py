@@ -23,7 +23,7 @@ from lengthpred.stages.dist import run_dist
 @stage
 def main(cfg: DictConfig) -> None:
     run_dist(cfg, cfg.paths.output_dir)
-    print((Path(cfg.paths.output_dir) / "distribution.md").read_text())
+    print((Path(cfg.paths.output_dir) / "dist.md").read_text())
 
 
 if __name__ == "__main__":

@@ -81,7 +81,9 @@ def test_the_stage_writes_tables_and_figure_and_refuses_a_trace_without_a_cap(tr
     from lengthpred.stages.dist import run_dist
 
     cfg = trace_run("linear", "distribution.layer=2", "distribution.short_cap=30", "distribution.n_boot=50",
-                    "distribution.heads=[censored_lognormal,quantile_linear,linear_point,train_marginal]")
+                    "distribution.heads=[censored_lognormal,quantile_linear,linear_point,train_marginal]",
+                    "distribution.sched.heads=[censored_lognormal]", "distribution.sched.loads=[0.9]",
+                    "distribution.sched.seeds=[0]", "distribution.sched.n_requests=40")
     _write_reference(cfg, cap=60)
     out = run_dist(cfg, cfg.paths.output_dir, log=lambda _: None)
     assert set(out["scores"]["head"]) == {"censored_lognormal", "quantile_linear", "linear_point",
@@ -89,6 +91,12 @@ def test_the_stage_writes_tables_and_figure_and_refuses_a_trace_without_a_cap(tr
     md = open(f"{cfg.paths.output_dir}/dist.md").read()
     assert "| censored_lognormal |" in md and "re-capped at 30" in md and "hs.L2.last" in md
     assert open(f"{cfg.paths.output_dir}/dist_pit.png", "rb").read(4) == b"\x89PNG"
+    assert "Schedulers using the distribution: load 0.9" in md and "| amin | censored_lognormal:q0.1 |" in md
+    assert {"sjf", "amin", "fcfs", "oracle-sjf"} == set(out["sched"]["policy"])
+    cfg.distribution.sched.heads = ["probe"]
+    with pytest.raises(ConfigError, match="sched.heads need"):
+        run_dist(cfg, cfg.paths.output_dir, log=lambda _: None)
+    cfg.distribution.sched.heads = ["censored_lognormal"]
     cfg.distribution.features = "domains"
     with pytest.raises(ConfigError, match="distribution.features"):
         run_dist(cfg, cfg.paths.output_dir, log=lambda _: None)

@@ -9,7 +9,8 @@ each predicts the distribution of **one** sampled length, not of a prompt's mean
 central 50% and 80% intervals; capped samples as `lengthpred.distributions.scores` says; per-prompt means,
 bootstrap over prompts, and the paired CRPS difference against a reference head). Its rows:
 - `censored_lognormal`: Tobit on log1p length, capped samples censored;
-- `lognormal_naive`: the same model with capped samples taken as exact ("cap as value");
+- `censored_hetero`: the same with log σ linear in the features too (`scale="linear"`);
+- `lognormal_naive`: the censored_lognormal model with capped samples taken as exact ("cap as value");
 - `quantile_linear`: joint linear quantile readouts (capped samples as the cap);
 - `egtp`, `probe`: the soft-bin heads' bin probabilities, fitted on the same long-format rows;
 - `linear_point`: LEAP's readout (fitted on the same sample rows) taken as certain (its CRPS is its MAE);
@@ -51,7 +52,7 @@ from lengthpred.distributions import (
 from lengthpred.heads import CensoredLogNormalHead, EGTPHead, LinearHead, ProbeHead, QuantileLinearHead
 
 RESIDUAL_LEVELS = tuple(np.round(np.linspace(0.02, 0.98, 49), 4))
-ALL_HEADS = ("censored_lognormal", "lognormal_naive", "quantile_linear", "egtp", "probe", "linear_point",
+ALL_HEADS = ("censored_lognormal", "censored_hetero", "lognormal_naive", "quantile_linear", "egtp", "probe", "linear_point",
              "linear_residuals", "train_marginal", "ceiling_loo")
 CEILING = "ceiling_loo"
 CEILING_FAIR = "ceiling_fair"
@@ -99,6 +100,8 @@ def fit_distributions(train: DistSplit, val: DistSplit, test: DistSplit, heads: 
         log(f"[dist] fitting {name}")
         if name == "censored_lognormal":
             out[name] = CensoredLogNormalHead().fit(Xl, y, censored=c).predict_dist(test.X)
+        elif name == "censored_hetero":
+            out[name] = CensoredLogNormalHead(scale="linear").fit(Xl, y, censored=c).predict_dist(test.X)
         elif name == "lognormal_naive":
             out[name] = CensoredLogNormalHead(censoring="ignore").fit(Xl, y, censored=c).predict_dist(test.X)
         elif name == "quantile_linear":

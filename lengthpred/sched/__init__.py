@@ -19,6 +19,7 @@ gain against Spearman), `batching` (static batches: padding, useful throughput),
 `batching_report`, `trace_plots`. Never imports torch.
 """
 
+from lengthpred.sched import bounds  # noqa: F401  (registers amin)
 from lengthpred.sched.hardware import HARDWARE, HardwareProfile, get_profile
 from lengthpred.sched.metrics import summarize, t_interval
 from lengthpred.sched.policies import POLICIES, Policy, make_policy

@@ -3,7 +3,8 @@ on the in-domain train prompts' sampled lengths, score them on the test prompts'
 known-truth checks (a synthetic trace; the trace re-capped at `distribution.short_cap` against its own cap).
 
 Writes into `out_dir`: `dist_scores.csv`, `dist_pit.csv`, `dist_recap.csv`, `dist_synthetic.csv`, `dist.md`
-(the tables) and `dist_pit.png` (the PIT histograms).
+(the tables) and `dist_pit.png` (the PIT histograms); with `distribution.sched.enabled`, the schedulers
+that use the distributions against point SJF (`dist_sched.csv`, `dist_sched_gains.csv`, a table per load).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from lengthpred.data import load_prompts, load_splits
 from lengthpred.distributions import from_trace
 from lengthpred.errors import ConfigError
 from lengthpred.eval.dist_report import pit_figure, render
+from lengthpred.eval.dist_sched import run_uncertainty_sched, sched_markdown, uncertainty_keys
 from lengthpred.eval.distributional import (
     ALL_HEADS,
     DistSplit,
@@ -88,6 +90,30 @@ def run_dist(cfg: Any, out_dir: str | Path, log: Any = print) -> dict[str, pd.Da
             "cap": parts["test"].obs.cap, "test_capped": parts["test"].obs.capped_frac,
             "train_capped_short": float((parts["train"].obs.length >= float(d.short_cap)).mean()),
             "short_cap": float(d.short_cap), "reference": str(d.reference)}
-    (out / "dist.md").write_text(render(scores, recap, synth, info) + "\n")
+    sched_md = ""
+    result = {"scores": scores, "recap": recap, "synthetic": synth, "pit": pit}
+    sc = d.get("sched")
+    if sc is not None and bool(sc.enabled):
+        missing = [h for h in [*sc.heads, "linear_point"] if h not in dists]
+        if missing:
+            raise ConfigError(f"distribution.sched.heads need {missing} among distribution.heads")
+        test = parts["test"]
+        keys = {"linear": dists["linear_point"].mean(cap=test.obs.cap)}
+        for h in sc.heads:
+            keys |= uncertainty_keys(h, dists[h], test.obs.cap, float(sc.beta))
+        samples = [test.obs.length[test.obs.row == r].astype(int).tolist() for r in range(len(test.X))]
+        tokens = rows.groupby(rows["id"].astype(str))["prompt_tokens"].first().loc[ids["test"]].to_numpy(float)
+        log("[dist] simulating the schedulers")
+        summary, gain = run_uncertainty_sched(samples, tokens, keys, hardware=str(sc.hardware),
+                                              loads=[float(x) for x in sc.loads], seeds=[int(x) for x in sc.seeds],
+                                              n_requests=int(sc.n_requests),
+                                              lower_bounds=["linear", *(f"{h}:q0.1" for h in sc.heads)])
+        summary.to_csv(out / "dist_sched.csv", index=False)
+        gain.to_csv(out / "dist_sched_gains.csv", index=False)
+        sched_md = "\n\n".join(
+            f"### Schedulers using the distribution: load {ld:g} ({sc.hardware}, {len(sc.seeds)} seeds × "
+            f"{sc.n_requests} requests)\n\n" + sched_markdown(summary, gain, float(ld)) for ld in sc.loads)
+        result |= {"sched": summary, "sched_gains": gain}
+    (out / "dist.md").write_text(render(scores, recap, synth, info) + ("\n\n" + sched_md if sched_md else "") + "\n")
     pit_figure(pit, out / "dist_pit.png", title=f"{info['data']}: PIT of one sampled length ({feature})")
-    return {"scores": scores, "recap": recap, "synthetic": synth, "pit": pit}
+    return result

@@ -1,0 +1,83 @@
+"""Schedulers that use a predicted distribution, against point SJF, in the simulator (issue 26, item 3).
+
+Keys per request, from a head's predicted distribution of one sampled length, all on the served length
+min(L, cap) (a server stops at the cap):
+- `<head>:mean`: E[min(L, cap)] (SJF on the expected length);
+- `<head>:q0.5`, `<head>:q0.9`: SJF by a quantile (JITServe starts from an upper quantile);
+- `<head>:cvar`: E + β·CVaR_0.9, CVaR_0.9 = E[min(L, cap) | L ≥ q0.9] (TIE's key, with β fixed; TIE moves
+  β in [0.1, 0.5] with the queue);
+- `<head>:q0.1` under `amin`: the lower bound of Chen–Ye–Zhou's A_min, raised to the tokens generated
+  (lengthpred.sched.bounds).
+`linear` (the point readout) is point SJF, and also A_min's key taken as a bound. Requests are drawn from
+the test prompts, each with one of its prompt's sampled lengths and its real prompt token count; every
+policy and key of a seed serves the same requests (lengthpred.sched.experiment.run_grid).
+
+A distribution can only reorder requests where its shape differs between prompts: under a log-normal with
+one shared σ, every quantile, the mean and the CVaR key are increasing functions of μ and order the
+requests identically. So the censored head is run here with σ depending on the features (`scale="linear"`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lengthpred.distributions import LengthDistribution
+from lengthpred.sched import get_profile
+from lengthpred.sched.experiment import parse_policies, run_grid
+from lengthpred.sched.pool import LengthSource
+from lengthpred.sched.summary import gains, summarize_runs
+
+CVAR_LEVELS = tuple(np.linspace(0.9025, 0.9975, 20))  # midpoints of 20 equal slices of (0.9, 1)
+
+
+def uncertainty_keys(name: str, dist: LengthDistribution, cap: float, beta: float = 0.5) -> dict[str, np.ndarray]:
+    """The keys of the module docstring for one head's distributions (one per prompt)."""
+    q = np.minimum(dist.quantile([0.1, 0.5, 0.9]), cap)
+    mean = dist.mean(cap=cap)
+    cvar = np.minimum(dist.quantile(CVAR_LEVELS), cap).mean(axis=1)
+    return {f"{name}:mean": mean, f"{name}:q0.5": q[:, 1], f"{name}:q0.9": q[:, 2],
+            f"{name}:cvar": mean + beta * cvar, f"{name}:q0.1": np.maximum(q[:, 0], 1.0)}
+
+
+def run_uncertainty_sched(samples: Sequence[Sequence[int]], prompt_tokens: np.ndarray, keys: dict[str, np.ndarray],
+                          *, hardware: str, loads: list[float], seeds: list[int], n_requests: int,
+                          lower_bounds: Sequence[str], progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(summary, gains) over seeds: FCFS, the clairvoyant oracle, SJF on every key, A_min on `lower_bounds`."""
+    output = np.array([np.mean(s) for s in samples], dtype=float)
+    source = LengthSource("dist", output, np.asarray(prompt_tokens, dtype=float), preds=dict(keys),
+                          samples=[list(s) for s in samples])
+    profile = get_profile(hardware)
+    common: dict[str, Any] = dict(loads=loads, seeds=seeds, n_requests=n_requests, mean_oracle=False,
+                                  progress=progress)
+    point = [k for k in keys if ":" not in k or k.endswith((":mean", ":q0.5", ":q0.9", ":cvar"))]
+    runs_a, _ = run_grid(source, profile, parse_policies(["fcfs", "sjf", "oracle-sjf"]), predictors=point, **common)
+    runs_b, _ = run_grid(source, profile, parse_policies(["amin"]), predictors=list(lower_bounds), **common)
+    runs = pd.concat([runs_a, runs_b], ignore_index=True)
+    return summarize_runs(runs), gains(runs)
+
+
+def sched_markdown(summary: pd.DataFrame, gain: pd.DataFrame, load: float) -> str:
+    """Mean, median and p99 per-token latency (ms/token) and the gain over FCFS at one load."""
+    s = summary[np.isclose(summary["load"], load)]
+    g = gain[np.isclose(gain["load"], load) & (gain["metric"] == "gain_vs_fcfs")].set_index(["policy", "predictor"])
+    lines = ["| policy | key | mean ms/token [95% CI] | median | p99 | gain vs FCFS (mean) [95% CI] |",
+             "|---|---|---:|---:|---:|---:|"]
+    order = s[s["metric"] == "per_token_latency_mean"].sort_values("value")
+    for _, r in order.iterrows():
+        pick = s[(s["policy"] == r["policy"]) & (s["predictor"] == r["predictor"])].set_index("metric")
+        med = pick.loc["per_token_latency_p50", "value"] * 1e3
+        p99 = pick.loc["per_token_latency_p99", "value"] * 1e3
+        gtxt = ""
+        if (r["policy"], r["predictor"]) in g.index:
+            gr = g.loc[(r["policy"], r["predictor"])]
+            gtxt = f"{100 * gr['value']:+.1f}% [{100 * gr['ci_low']:+.1f}, {100 * gr['ci_high']:+.1f}]"
+        lines.append(f"| {r['policy']} | {r['predictor']} | {r['value'] * 1e3:.0f} [{r['ci_low'] * 1e3:.0f}, "
+                     f"{r['ci_high'] * 1e3:.0f}] | {med:.0f} | {p99:.0f} | {gtxt} |")
+    return "\n".join(lines)
+
+
+__all__ = ["run_uncertainty_sched", "sched_markdown", "uncertainty_keys"]
