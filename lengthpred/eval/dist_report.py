@@ -63,8 +63,8 @@ def render(scores: pd.DataFrame, recap: pd.DataFrame, synth: pd.DataFrame, info:
         f"Fitted on the train samples re-capped at {info['short_cap']:g} ({info['train_capped_short']:.0%} capped "
         f"there); checked on the test samples at the trace's cap {info['cap']:g}, which show every length between "
         "the two caps. `P(L>=t)`: mean predicted share vs observed; `share<=qτ`: share of test samples at or "
-        "below the predicted τ-quantile (τ when calibrated; `undecided`: capped samples whose q̂ is beyond the "
-        "trace's cap, counted as below it).",
+        "below the predicted τ-quantile (τ when calibrated; a range where samples capped at the trace's cap meet "
+        "a q̂ beyond it, since they may lie on either side).",
         frame_markdown(recap),
         "### Known truth 2: a synthetic trace (log1p L linear in 8 features + N(0, 0.6²), 1,440 prompts × 3, "
         f"capped at {info['short_cap']:g})",

@@ -7,7 +7,8 @@ min(L, cap) (a server stops at the cap):
 - `<head>:cvar`: E + β·CVaR_0.9, CVaR_0.9 = E[min(L, cap) | L ≥ q0.9] (TIE's key, with β fixed; TIE moves
   β in [0.1, 0.5] with the queue);
 - `<head>:q0.1` under `amin`: the lower bound of Chen–Ye–Zhou's A_min, raised to the tokens generated
-  (lengthpred.sched.bounds).
+  (lengthpred.sched.bounds); `amin-nopreempt` never evicts for a smaller key (only under memory pressure,
+  the largest raised bound goes first), so it admits as SJF on the bound does.
 `linear` (the point readout) is point SJF, and also A_min's key taken as a bound. Requests are drawn from
 the test prompts, each with one of its prompt's sampled lengths and its real prompt token count; every
 policy and key of a seed serves the same requests (lengthpred.sched.experiment.run_grid).
@@ -46,7 +47,8 @@ def uncertainty_keys(name: str, dist: LengthDistribution, cap: float, beta: floa
 def run_uncertainty_sched(samples: Sequence[Sequence[int]], prompt_tokens: np.ndarray, keys: dict[str, np.ndarray],
                           *, hardware: str, loads: list[float], seeds: list[int], n_requests: int,
                           lower_bounds: Sequence[str], progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(summary, gains) over seeds: FCFS, the clairvoyant oracle, SJF on every key, A_min on `lower_bounds`."""
+    """(summary, gains) over seeds: FCFS, the clairvoyant oracle, SJF on every key, A_min (preemptive and
+    not) on `lower_bounds`."""
     output = np.array([np.mean(s) for s in samples], dtype=float)
     source = LengthSource("dist", output, np.asarray(prompt_tokens, dtype=float), preds=dict(keys),
                           samples=[list(s) for s in samples])
@@ -55,7 +57,8 @@ def run_uncertainty_sched(samples: Sequence[Sequence[int]], prompt_tokens: np.nd
                                   progress=progress)
     point = [k for k in keys if ":" not in k or k.endswith((":mean", ":q0.5", ":q0.9", ":cvar"))]
     runs_a, _ = run_grid(source, profile, parse_policies(["fcfs", "sjf", "oracle-sjf"]), predictors=point, **common)
-    runs_b, _ = run_grid(source, profile, parse_policies(["amin"]), predictors=list(lower_bounds), **common)
+    amin = parse_policies(["amin", {"name": "amin", "label": "amin-nopreempt", "preemptive": False}])
+    runs_b, _ = run_grid(source, profile, amin, predictors=list(lower_bounds), **common)
     runs = pd.concat([runs_a, runs_b], ignore_index=True)
     return summarize_runs(runs), gains(runs)
 

@@ -174,7 +174,8 @@ def recap_check(train: DistSplit, test: DistSplit, short_cap: float, *, threshol
     `censored@<cap>` (the same censored fit on the full-cap samples, the reference). Columns:
     `P(L>=t)` predicted mean share vs `observed P(L>=t)` for t in `thresholds` (every t ≤ the trace's cap is
     seen exactly: a sample capped at 512 is ≥ every such t), and `share <= q_τ` (the share of test samples at
-    or below the predicted τ-quantile: τ when calibrated, known exactly where q_τ < the trace's cap), and
+    or below the predicted τ-quantile: τ when calibrated; a range where capped samples meet a q_τ beyond the
+    trace's cap, which they may lie on either side of), and
     `E[min(L,cap)]` vs the observed mean of the capped test samples.
     """
     cap = test.obs.cap
@@ -193,7 +194,7 @@ def recap_check(train: DistSplit, test: DistSplit, short_cap: float, *, threshol
     for t in thresholds:
         truth[f"P(L>={t:g})"] = float((y >= t).mean())
     for tau in levels:
-        truth[f"share<=q{tau:g}"] = tau
+        truth[f"share<=q{tau:g}"] = f"{tau:.3f}"
     truth[f"E[min(L,{cap:g})]"] = float(y.mean())
     for name, head in fits.items():
         log(f"[dist] recap check: {name}")
@@ -203,10 +204,12 @@ def recap_check(train: DistSplit, test: DistSplit, short_cap: float, *, threshol
             row[f"P(L>={t:g})"] = float((1 - d.cdf(np.full(len(test.X), t - 0.5))).mean())
         q = d.quantile(levels)[test.obs.row]  # [N, m]
         for k, tau in enumerate(levels):
-            # a sample capped at the trace's cap is above q when q < cap; when q >= cap it is undecided
-            # (counted as at or below q, and its share reported)
-            row[f"share<=q{tau:g}"] = float((y <= q[:, k]).mean())
-            row[f"undecided@q{tau:g}"] = float((test.obs.capped & (q[:, k] >= cap)).mean())
+            # a sample capped at the trace's cap is above q when q < cap; when q >= cap it is undecided:
+            # the share lies between counting those as above q and as below it
+            undecided = test.obs.capped & (q[:, k] >= cap)
+            below = (y <= q[:, k]) & ~undecided
+            lo, hi = float(below.mean()), float((below | undecided).mean())
+            row[f"share<=q{tau:g}"] = f"{lo:.3f}" if hi == lo else f"{lo:.3f}–{hi:.3f}"
         row[f"E[min(L,{cap:g})]"] = float(d.mean(cap=cap)[test.obs.row].mean())
         if isinstance(d, LogNormal):
             row["sigma"] = float(np.median(d.sigma))
@@ -230,11 +233,11 @@ def synthetic_check(n_prompts: int = 1440, k: int = 3, d: int = 8, cap: float = 
     mut = 4.9 + Xt @ beta
     t = 1.5 * cap
     true_share = float((1 - LogNormal(mut, sigma).cdf(np.full(len(mut), t))).mean())
-    rows = [{"fit": "truth", "sigma": sigma, "mean |mu error|": 0.0, f"P(L>{t:g})": true_share,
+    rows = [{"fit": "truth", "sigma": sigma, "mean abs mu error": 0.0, f"P(L>{t:g})": true_share,
              "capped share": float(capped.mean())}]
     for name, censoring in (("censored", "likelihood"), ("naive (cap as value)", "ignore")):
         dist = CensoredLogNormalHead(censoring=censoring).fit(Xl, np.minimum(L, cap), censored=capped).predict_dist(Xt)
-        rows.append({"fit": name, "sigma": float(dist.sigma[0]), "mean |mu error|": float(np.abs(dist.mu - mut).mean()),
+        rows.append({"fit": name, "sigma": float(dist.sigma[0]), "mean abs mu error": float(np.abs(dist.mu - mut).mean()),
                      f"P(L>{t:g})": float((1 - dist.cdf(np.full(len(mut), t))).mean()),
                      "capped share": float(capped.mean())})
     return pd.DataFrame(rows)
