@@ -60,27 +60,57 @@ def run_uncertainty_sched(samples: Sequence[Sequence[int]], prompt_tokens: np.nd
     amin = parse_policies(["amin", {"name": "amin", "label": "amin-nopreempt", "preemptive": False}])
     runs_b, _ = run_grid(source, profile, amin, predictors=list(lower_bounds), **common)
     runs = pd.concat([runs_a, runs_b], ignore_index=True)
-    return summarize_runs(runs), gains(runs)
+    own = [paired_vs(runs[runs["predictor"].str.startswith(f"{h}:")], ("sjf", f"{h}:mean")).assign(
+        metric="gain_vs_own_mean") for h in dict.fromkeys(k.split(":")[0] for k in keys if ":" in k)]
+    return summarize_runs(runs), pd.concat([gains(runs), paired_vs(runs, ("sjf", "linear")), *own],
+                                           ignore_index=True)
+
+
+def paired_vs(runs: pd.DataFrame, ref: tuple[str, str], metric: str = "per_token_latency_mean",
+              n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Gain of every (policy, predictor) over `ref` on the same seeds, 1 − mean(x)/mean(ref), with a paired
+    percentile bootstrap over seeds (rows with metric `gain_vs_<policy>:<predictor>`)."""
+    d = runs[runs["metric"] == metric].pivot_table(index=["load", "seed"], columns=["policy", "predictor"],
+                                                   values="value")
+    if ref not in d.columns:
+        return pd.DataFrame()
+    rng = np.random.default_rng(seed)
+    rows = []
+    for load, block in d.groupby(level="load"):
+        r = block[ref].to_numpy(float)
+        idx = rng.integers(0, len(r), size=(n_boot, len(r)))
+        for col in block.columns:
+            x = block[col].to_numpy(float)
+            reps = 1 - x[idx].mean(axis=1) / r[idx].mean(axis=1)
+            rows.append({"policy": col[0], "predictor": col[1], "load": float(load),
+                         "metric": f"gain_vs_{ref[0]}:{ref[1]}", "value": 1 - x.mean() / r.mean(),
+                         "ci_low": float(np.quantile(reps, 0.025)), "ci_high": float(np.quantile(reps, 0.975)),
+                         "n": len(x)})
+    return pd.DataFrame(rows)
 
 
 def sched_markdown(summary: pd.DataFrame, gain: pd.DataFrame, load: float) -> str:
-    """Mean, median and p99 per-token latency (ms/token) and the gain over FCFS at one load."""
+    """Mean, median and p99 per-token latency (ms/token) at one load; gains in mean per-token latency over
+    FCFS, over point SJF (linear) and over SJF on the same head's expected length, paired over seeds."""
     s = summary[np.isclose(summary["load"], load)]
-    g = gain[np.isclose(gain["load"], load) & (gain["metric"] == "gain_vs_fcfs")].set_index(["policy", "predictor"])
-    lines = ["| policy | key | mean ms/token [95% CI] | median | p99 | gain vs FCFS (mean) [95% CI] |",
-             "|---|---|---:|---:|---:|---:|"]
+    at = gain[np.isclose(gain["load"], load)]
+    g = at[at["metric"] == "gain_vs_fcfs"].set_index(["policy", "predictor"])
+    gp = at[at["metric"] == "gain_vs_sjf:linear"].set_index(["policy", "predictor"])
+    go = at[at["metric"] == "gain_vs_own_mean"].set_index(["policy", "predictor"])
+    lines = ["| policy | key | mean ms/token [95% CI] | median | p99 | gain vs FCFS [95% CI] | "
+             "vs point SJF (linear) | vs SJF on the same head's mean |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     order = s[s["metric"] == "per_token_latency_mean"].sort_values("value")
     for _, r in order.iterrows():
         pick = s[(s["policy"] == r["policy"]) & (s["predictor"] == r["predictor"])].set_index("metric")
         med = pick.loc["per_token_latency_p50", "value"] * 1e3
         p99 = pick.loc["per_token_latency_p99", "value"] * 1e3
-        gtxt = ""
-        if (r["policy"], r["predictor"]) in g.index:
-            gr = g.loc[(r["policy"], r["predictor"])]
-            gtxt = f"{100 * gr['value']:+.1f}% [{100 * gr['ci_low']:+.1f}, {100 * gr['ci_high']:+.1f}]"
+        key = (r["policy"], r["predictor"])
+        gtxt = [f"{100 * t.loc[key, 'value']:+.1f}% [{100 * t.loc[key, 'ci_low']:+.1f}, "
+                f"{100 * t.loc[key, 'ci_high']:+.1f}]" if key in t.index else "" for t in (g, gp, go)]
         lines.append(f"| {r['policy']} | {r['predictor']} | {r['value'] * 1e3:.0f} [{r['ci_low'] * 1e3:.0f}, "
-                     f"{r['ci_high'] * 1e3:.0f}] | {med:.0f} | {p99:.0f} | {gtxt} |")
+                     f"{r['ci_high'] * 1e3:.0f}] | {med:.0f} | {p99:.0f} | {' | '.join(gtxt)} |")
     return "\n".join(lines)
 
 
-__all__ = ["run_uncertainty_sched", "sched_markdown", "uncertainty_keys"]
+__all__ = ["paired_vs", "run_uncertainty_sched", "sched_markdown", "uncertainty_keys"]
