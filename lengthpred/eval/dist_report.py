@@ -90,8 +90,10 @@ def pit_figure(pit: pd.DataFrame, path: str | Path, title: str = "") -> Path:
         ax.axis("off")
     for ax in axes[:, 0]:
         ax.set_ylabel("share of PIT mass", fontsize=7)
-    for ax in axes[-1, :]:
-        ax.set_xlabel("PIT", fontsize=7)
+    for c in range(cols):  # the lowest panel drawn in each column
+        shown = [r for r in range(rows) if r * cols + c < len(names)]
+        if shown:
+            axes[shown[-1], c].set_xlabel("PIT", fontsize=7)
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
