@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from lengthpred.heads import ConstantHead, DomainMedianHead, EGTPHead, LinearHead, ProbeHead, PromptLenHead
+from lengthpred.heads import (
+    CensoredLogNormalHead,
+    ConstantHead,
+    DomainMedianHead,
+    EGTPHead,
+    LinearHead,
+    ProbeHead,
+    PromptLenHead,
+    QuantileLinearHead,
+)
 
 _LOG1P_NEEDS_LENGTHS = (
     "target='log1p' rejects the negative y of sklearn's synthetic regression data by design"
@@ -31,10 +40,14 @@ ESTIMATORS = [
     DomainMedianHead(),
     EGTPHead(**_FAST),
     ProbeHead(**_FAST),
+    QuantileLinearHead(alpha=1.0),
+    CensoredLogNormalHead(alpha=1.0),
 ]
 
 
 def _expected_failed(est) -> dict[str, str]:
+    if isinstance(est, (QuantileLinearHead, CensoredLogNormalHead)):
+        return dict.fromkeys(_LOG1P_CHECKS, "log-length readouts reject the negative y of sklearn's synthetic data")
     if isinstance(est, LinearHead) and est.target == "log1p":
         return dict.fromkeys(_LOG1P_CHECKS, _LOG1P_NEEDS_LENGTHS)
     if isinstance(est, DomainMedianHead):

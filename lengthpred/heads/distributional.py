@@ -148,7 +148,8 @@ class QuantileLinearHead(_LogReadout):
         return np.sort(self.scaler_.transform(X) @ self.coef_ + self.intercept_, axis=1)  # [n, m] rearranged
 
     def predict_dist(self, X: Any) -> QuantileGrid:
-        return QuantileGrid(self.levels_, np.maximum(np.expm1(self._log_quantiles(X)), 0.0))
+        values = np.maximum(np.expm1(self._log_quantiles(X)), 0.0)  # checks the head is fitted first
+        return QuantileGrid(self.levels_, values)
 
     def predict(self, X: Any) -> np.ndarray:
         """The median (level 0.5, interpolated when not among `quantiles`)."""
@@ -241,7 +242,7 @@ class CensoredLogNormalHead(_LogReadout):
         self.scale_coef_ = th[d + 1: d + 1 + k]
         self.scale_intercept_ = float(th[d + 1 + k])
         self.cap_ = float(y[cens].min()) if cens.any() else float("nan")
-        self.n_iter_ = int(res.nit)
+        self.n_iter_ = max(int(res.nit), 1)  # 0 when the ridge start is already optimal (nothing censored)
         self.converged_ = bool(res.success)
         del self._ridge
         return self
