@@ -59,6 +59,25 @@ def test_recap_check_recovers_the_share_beyond_the_short_cap():
     assert abs(synth.loc["censored", "sigma"] - 0.6) < abs(synth.loc["naive (cap as value)", "sigma"] - 0.6)
 
 
+def test_censored_rls_adapts_a_shifted_stream_in_crps():
+    """Source prompts shorter by 0.5 in log length than the target's: streaming the target's completions,
+    censored RLS lowers the CRPS below the static fit's; RLS on capped-as-value lengths gains less."""
+    from lengthpred.eval.distributional import adaptation_curve
+
+    def shifted(n, seed, shift):
+        sp = split(n, seed)
+        rng = np.random.default_rng(seed + 100)
+        mu = np.repeat(5.0 + shift + sp.X[:, :2] @ np.array([0.5, -0.4]), 3)
+        L = np.floor(np.expm1(mu + 0.6 * rng.normal(size=mu.size)))
+        return DistSplit(sp.X, Observations(sp.obs.row, np.minimum(L, 512), L >= 512, 512.0))
+
+    curve = adaptation_curve(shifted(300, 0, 0.0), shifted(300, 1, 0.7), shifted(100, 2, 0.7), every=100)
+    last = curve[curve["labels"] == 300].set_index("model")["crps"]
+    assert set(curve["labels"]) == {0, 100, 200, 300}
+    assert last["censored_rls"] < 0.9 * last["static"]
+    assert last["censored_rls"] < last["rls_cap_as_value"]
+
+
 def _write_reference(cfg, cap: int | None) -> None:
     from lengthpred.data import load_prompts
     from lengthpred.stages.locations import reference_path

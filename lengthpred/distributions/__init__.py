@@ -5,7 +5,7 @@ sampled length a draw, a capped one right-censored at the cap; `from_trace`, `re
 CRPS, coverage, PIT on the capped length: see its docstring for how capped samples are scored).
 """
 
-from lengthpred.distributions.censored import Observations, from_trace, per_row_samples, recap, trace_cap
+from lengthpred.distributions.censored import Observations, from_trace, recap, trace_cap
 from lengthpred.distributions.objects import (
     Empirical,
     Histogram,
@@ -29,6 +29,6 @@ from lengthpred.distributions.scores import (
 
 __all__ = [
     "Empirical", "Histogram", "LengthDistribution", "LogNormal", "Observations", "PointMass", "QuantileGrid",
-    "bootstrap_mean", "check_quantiles", "coverage", "crps", "crps_fair", "from_trace", "per_prompt", "per_row_samples",
+    "bootstrap_mean", "check_quantiles", "coverage", "crps", "crps_fair", "from_trace", "per_prompt",
     "pinball", "pit_bounds", "pit_histogram", "recap", "score_all", "trace_cap",
 ]

@@ -50,18 +50,6 @@ class Observations:
     def capped_frac(self) -> float:
         return float(self.capped.mean()) if self.row.size else 0.0
 
-    def take_rows(self, rows: Sequence[int] | np.ndarray) -> Observations:
-        """The samples of `rows`, renumbered 0..len(rows)-1 in that order."""
-        rows = np.asarray(rows, dtype=np.int64)
-        where = {int(r): i for i, r in enumerate(rows)}
-        keep = np.isin(self.row, rows)
-        new_row = np.array([where[int(r)] for r in self.row[keep]], dtype=np.int64)
-        return Observations(new_row, self.length[keep], self.capped[keep], self.cap)
-
-    def naive(self) -> np.ndarray:
-        """The "cap as value" reading: every length as it is (a capped sample counts as the cap)."""
-        return self.length.astype(np.float64)
-
 
 def recap(obs: Observations, cap: float) -> Observations:
     """The same samples under a shorter cap: lengths clipped at `cap`, capped where they reach it."""
@@ -95,12 +83,4 @@ def from_trace(rows: pd.DataFrame, meta: Mapping[str, Any], ids: Sequence[str], 
     return Observations(row[order], length[order], capped[order], cap)
 
 
-def per_row_samples(obs: Observations, n_rows: int | None = None) -> list[np.ndarray]:
-    """Each row's sample indices into `obs`."""
-    n = obs.n_rows if n_rows is None else n_rows
-    order = np.argsort(obs.row, kind="stable")
-    bounds = np.searchsorted(obs.row[order], np.arange(n + 1))
-    return [order[bounds[i]:bounds[i + 1]] for i in range(n)]
-
-
-__all__ = ["Observations", "from_trace", "per_row_samples", "recap", "trace_cap"]
+__all__ = ["Observations", "from_trace", "recap", "trace_cap"]

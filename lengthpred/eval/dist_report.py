@@ -102,3 +102,22 @@ def pit_figure(pit: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def adapt_markdown(curves: pd.DataFrame) -> str:
+    """CRPS against labels seen, mean over target domains, per model (and the per-domain last point)."""
+    n_dom = curves["target"].nunique()
+    wide = curves.groupby(["labels", "model"])["crps"].mean().unstack("model")
+    lines = [f"### Online: CRPS on each target domain's test prompts as its completions stream in (mean of {n_dom} "
+             "targets; fitted on the other domains' train prompts; one sampled length per streamed prompt, "
+             "capped ones censored for `censored_rls`, taken as the cap for `rls_cap_as_value`)", "",
+             "| labels seen | " + " | ".join(wide.columns) + " |", "|---:|" + "---:|" * len(wide.columns)]
+    for n, r in wide.iterrows():
+        if n == wide.index.min() or n == wide.index.max() or n in (40, 80, 160):
+            lines.append(f"| {n} | " + " | ".join(f"{v:.1f}" for v in r) + " |")
+    last = curves[curves["labels"] == curves.groupby("target")["labels"].transform("max")]
+    per = last.pivot_table(index="target", columns="model", values="crps")
+    lines += ["", "| target (after its whole stream) | " + " | ".join(per.columns) + " |",
+              "|---|" + "---:|" * len(per.columns)]
+    lines += [f"| {t} | " + " | ".join(f"{v:.1f}" for v in r) + " |" for t, r in per.iterrows()]
+    return "\n".join(lines)

@@ -20,6 +20,9 @@ bootstrap over prompts, and the paired CRPS difference against a reference head)
   ensemble is coarse (its intervals cannot be calibrated), so a second row (`ceiling_fair`) gives their fair CRPS (Ferro
   2014), the unbiased estimate of the CRPS of the prompt's own length distribution: the ceiling.
 
+`adaptation_curve` streams completions into `CensoredRLS` (lengthpred.online.censored) and plain RLS and
+scores CRPS on held-out prompts as labels arrive.
+
 `recap_check` is the known-truth setting: the samples re-capped at a shorter cap (256) for fitting, the
 test samples kept at the trace's cap (512); what the re-capped fits say about lengths between the two
 caps is checked against the samples that show them.
@@ -50,6 +53,8 @@ from lengthpred.distributions import (
     score_all,
 )
 from lengthpred.heads import CensoredLogNormalHead, EGTPHead, LinearHead, ProbeHead, QuantileLinearHead
+from lengthpred.online.censored import CensoredRLS
+from lengthpred.online.rls import RLSRegressor
 
 RESIDUAL_LEVELS = tuple(np.round(np.linspace(0.02, 0.98, 49), 4))
 ALL_HEADS = ("censored_lognormal", "censored_hetero", "lognormal_naive", "quantile_linear", "egtp", "probe", "linear_point",
@@ -243,5 +248,40 @@ def synthetic_check(n_prompts: int = 1440, k: int = 3, d: int = 8, cap: float = 
     return pd.DataFrame(rows)
 
 
-__all__ = ["ALL_HEADS", "CEILING_FAIR", "LABELS", "DistSplit", "fit_distributions", "leave_one_out", "pit_table", "recap_check",
+__all__ = ["ALL_HEADS", "CEILING_FAIR", "LABELS", "DistSplit", "adaptation_curve", "fit_distributions", "leave_one_out", "pit_table", "recap_check",
            "residual_quantiles", "score_table", "synthetic_check"]
+
+
+def adaptation_curve(source: DistSplit, stream: DistSplit, test: DistSplit, *, every: int = 40,
+                     forgetting: float = 1.0, seed: int = 0) -> pd.DataFrame:
+    """CRPS on `test` as a stream of completions arrives (one random sample per stream prompt, shuffled: a
+    served request reveals one sampled length, capped or not). Rows per labels seen: `static` (the censored
+    head fitted on `source`), `censored_rls` (`CensoredRLS` from it: capped completions as censored),
+    `rls_cap_as_value` (the ridge readout continued by plain RLS on capped-as-value lengths, with the naive
+    log-normal's σ)."""
+    rng = np.random.default_rng(seed)
+    Xs, ys, cs = source.long(), source.obs.length, source.obs.capped
+    head = CensoredLogNormalHead().fit(Xs, ys, censored=cs)
+    naive_sigma = float(np.exp(CensoredLogNormalHead(censoring="ignore").fit(Xs, ys).scale_intercept_))
+    cens = CensoredRLS.from_censored_head(head, Xs, forgetting=forgetting)
+    plain = RLSRegressor.from_linear_head(LinearHead(alpha=head.alpha_).fit(Xs, ys), Xs, forgetting=forgetting)
+    static = head.predict_dist(test.X)
+    picks = []
+    for r in rng.permutation(len(stream.X)):
+        idx = np.flatnonzero(stream.obs.row == r)
+        picks.append(int(rng.choice(idx)))
+    rows = []
+
+    def score(n: int) -> None:
+        for name, d in (("static", static), ("censored_rls", cens.predict_dist(test.X)),
+                        ("rls_cap_as_value", LogNormal(plain.predict_log(test.X), naive_sigma))):
+            rows.append({"labels": n, "model": name, "crps": float(per_prompt(crps(d, test.obs), test.obs).mean())})
+
+    score(0)
+    for k, i in enumerate(picks, start=1):
+        x = stream.X[stream.obs.row[i]][None, :]
+        cens.partial_fit(x, [stream.obs.length[i]], censored=[stream.obs.capped[i]])
+        plain.partial_fit(x, [stream.obs.length[i]])
+        if k % every == 0 or k == len(picks):
+            score(k)
+    return pd.DataFrame(rows)

@@ -16,13 +16,14 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.data import load_prompts, load_splits
-from lengthpred.distributions import from_trace
+from lengthpred.distributions import Observations, from_trace
 from lengthpred.errors import ConfigError
-from lengthpred.eval.dist_report import pit_figure, render
+from lengthpred.eval.dist_report import adapt_markdown, pit_figure, render
 from lengthpred.eval.dist_sched import run_uncertainty_sched, sched_markdown, uncertainty_keys
 from lengthpred.eval.distributional import (
     ALL_HEADS,
     DistSplit,
+    adaptation_curve,
     fit_distributions,
     pit_table,
     recap_check,
@@ -53,6 +54,31 @@ def feature_matrix(cfg: Any, prompts: Any, rows: pd.DataFrame, ids: list[str]) -
     domains = sorted({domain[i] for i in ids})
     onehot = np.array([[domain[i] == d for d in domains] for i in ids], dtype=np.float64)
     return np.column_stack([np.log1p(tokens.loc[ids].to_numpy(np.float64)), onehot]), "log1p(prompt tokens) + domain"
+
+
+def adaptation_by_domain(parts: dict[str, DistSplit], ids: dict[str, list[str]], domain: dict[str, str], *,
+                         every: int, forgetting: float, seed: int) -> pd.DataFrame:
+    """Per target domain T: the censored head fitted on the other domains' train prompts, T's train and val
+    prompts streamed (one sample each), CRPS on T's test prompts (`adaptation_curve`)."""
+    frames = []
+    for t in sorted({domain[i] for i in ids["test"]}):
+        def sub(part: str, keep, t=t) -> DistSplit:
+            rows = [k for k, i in enumerate(ids[part]) if keep(domain[i] == t)]
+            where = {r: n for n, r in enumerate(rows)}
+            obs = parts[part].obs
+            mask = np.isin(obs.row, rows)
+            new = Observations(np.array([where[r] for r in obs.row[mask]], dtype=np.int64), obs.length[mask],
+                               obs.capped[mask], obs.cap)
+            return DistSplit(parts[part].X[rows], new)
+
+        source = sub("train", lambda is_t: not is_t)
+        tr, va = sub("train", bool), sub("val", bool)
+        stream = DistSplit(np.vstack([tr.X, va.X]), Observations(
+            np.concatenate([tr.obs.row, va.obs.row + len(tr.X)]), np.concatenate([tr.obs.length, va.obs.length]),
+            np.concatenate([tr.obs.capped, va.obs.capped]), tr.obs.cap))
+        curve = adaptation_curve(source, stream, sub("test", bool), every=every, forgetting=forgetting, seed=seed)
+        frames.append(curve.assign(target=t))
+    return pd.concat(frames, ignore_index=True)
 
 
 def run_dist(cfg: Any, out_dir: str | Path, log: Any = print) -> dict[str, pd.DataFrame]:
@@ -114,6 +140,19 @@ def run_dist(cfg: Any, out_dir: str | Path, log: Any = print) -> dict[str, pd.Da
             f"### Schedulers using the distribution: load {ld:g} ({sc.hardware}, {len(sc.seeds)} seeds × "
             f"{sc.n_requests} requests)\n\n" + sched_markdown(summary, gain, float(ld)) for ld in sc.loads)
         result |= {"sched": summary, "sched_gains": gain}
-    (out / "dist.md").write_text(render(scores, recap, synth, info) + ("\n\n" + sched_md if sched_md else "") + "\n")
+    adapt_md = ""
+    ad = d.get("adapt")
+    n_domains = len({r["domain"] for r in prompts})
+    if ad is not None and bool(ad.enabled) and n_domains < 2:
+        log("[dist] distribution.adapt skipped: leaving one domain out needs at least 2 domains")
+    elif ad is not None and bool(ad.enabled):
+        log("[dist] streaming completions per target domain")
+        curves = adaptation_by_domain(parts, ids, {r["id"]: r["domain"] for r in prompts}, every=int(ad.every),
+                                      forgetting=float(ad.forgetting), seed=seed)
+        curves.to_csv(out / "dist_adapt.csv", index=False)
+        adapt_md = adapt_markdown(curves)
+        result["adapt"] = curves
+    (out / "dist.md").write_text(render(scores, recap, synth, info) + "".join(
+        "\n\n" + m for m in (sched_md, adapt_md) if m) + "\n")
     pit_figure(pit, out / "dist_pit.png", title=f"{info['data']}: PIT of one sampled length ({feature})")
     return result
