@@ -111,7 +111,7 @@ def test_the_stage_writes_tables_and_figure_and_refuses_a_trace_without_a_cap(tr
     assert "| censored_lognormal |" in md and "re-capped at 30" in md and "hs.L2.last" in md
     assert open(f"{cfg.paths.output_dir}/dist_pit.png", "rb").read(4) == b"\x89PNG"
     assert "Schedulers using the distribution: load 0.9" in md and "| amin | censored_lognormal:q0.1 |" in md
-    assert {"sjf", "amin", "amin-nopreempt", "fcfs", "oracle-sjf"} == set(out["sched"]["policy"])
+    assert {"sjf", "amin", "amin-swap", "amin-nopreempt", "fcfs", "oracle-sjf"} == set(out["sched"]["policy"])
     cfg.distribution.sched.heads = ["probe"]
     with pytest.raises(ConfigError, match="sched.heads need"):
         run_dist(cfg, cfg.paths.output_dir, log=lambda _: None)

@@ -7,7 +7,8 @@ min(L, cap) (a server stops at the cap):
 - `<head>:cvar`: E + β·CVaR_0.9, CVaR_0.9 = E[min(L, cap) | L ≥ q0.9] (TIE's key, with β fixed; TIE moves
   β in [0.1, 0.5] with the queue);
 - `<head>:q0.1` under `amin`: the lower bound of Chen–Ye–Zhou's A_min, raised to the tokens generated
-  (lengthpred.sched.bounds); `amin-nopreempt` never evicts for a smaller key (only under memory pressure,
+  (lengthpred.sched.bounds); `amin` evicts by recomputation (the simulator's default), `amin-swap` by
+  swapping the KV cache out and back; `amin-nopreempt` never evicts for a smaller key (only under memory pressure,
   the largest raised bound goes first), so it admits as SJF on the bound does.
 `linear` (the point readout) is point SJF, and also A_min's key taken as a bound. Requests are drawn from
 the test prompts, each with one of its prompt's sampled lengths and its real prompt token count; every
@@ -57,7 +58,8 @@ def run_uncertainty_sched(samples: Sequence[Sequence[int]], prompt_tokens: np.nd
                                   progress=progress)
     point = [k for k in keys if ":" not in k or k.endswith((":mean", ":q0.5", ":q0.9", ":cvar"))]
     runs_a, _ = run_grid(source, profile, parse_policies(["fcfs", "sjf", "oracle-sjf"]), predictors=point, **common)
-    amin = parse_policies(["amin", {"name": "amin", "label": "amin-nopreempt", "preemptive": False}])
+    amin = parse_policies(["amin", {"name": "amin", "label": "amin-swap", "preemption": "swap"},
+                           {"name": "amin", "label": "amin-nopreempt", "preemptive": False}])
     runs_b, _ = run_grid(source, profile, amin, predictors=list(lower_bounds), **common)
     runs = pd.concat([runs_a, runs_b], ignore_index=True)
     own = [paired_vs(runs[runs["predictor"].str.startswith(f"{h}:")], ("sjf", f"{h}:mean")).assign(
