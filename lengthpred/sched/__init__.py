@@ -6,7 +6,7 @@
 
 Modules: `hardware` (step-time cost model, profiles), `workload` (requests, arrivals, capacity),
 `predictors` (array / callable / online-adapted predictors), `policies` (registry POLICIES: fcfs, sjf,
-rank, srpt, oracle-sjf, oracle-srpt, mlfq/las, laps-sd), `simulator` (event-jump simulation), `runset`
+rank, srpt, oracle-sjf, oracle-srpt, mlfq/las, laps-sd; `bounds`: amin), `simulator` (event-jump simulation), `runset`
 (the running batch and which request to preempt, in lazy heaps), `metrics`, `pool` (the prompts requests
 are drawn from, each request with one of its prompt's sampled lengths), `sources` (predictions.parquet,
 CASTILLO, synthetic, trace), `experiment` (grids and the results files; their schemas are in its
