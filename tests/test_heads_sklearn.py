@@ -7,6 +7,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from lengthpred.heads import ConstantHead, DomainMedianHead, EGTPHead, LinearHead, ProbeHead, PromptLenHead
 
+pytestmark = pytest.mark.numeric  # torch heads: `make test-portable` reruns these under every CPU kernel
+
 _LOG1P_NEEDS_LENGTHS = (
     "target='log1p' rejects the negative y of sklearn's synthetic regression data by design"
 )

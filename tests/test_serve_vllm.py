@@ -45,6 +45,7 @@ print(json.dumps({
 @pytest.mark.skipif(not VENV_PY.exists(), reason="no vLLM venv at .venv-vllm (create it with `make serve-setup`)")
 @pytest.mark.skipif(not (CKPT / "config.json").is_file(),
                     reason="no embedded model checkpoint at data/models/smollm2-135m (run scripts/prepare_model.py)")
+@pytest.mark.slow  # runs a script in a subprocess
 def test_real_replay_serves_in_priority_order_and_counts_rejections():
     env = {**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
            "OMP_WAIT_POLICY": "PASSIVE"}
