@@ -44,18 +44,22 @@ def _is_bookkeeping(p: Path) -> bool:
     return p.name == LOCK_NAME or p.name.endswith((".tmp", CHECKSUM_SUFFIX, BAD_SUFFIX))
 
 
-def tree_digest(root: str | Path, skip: Iterable[str] = ()) -> str:
-    """sha256 over every file under `root` (relative name + contents; locks, temps, checksums and files
-    named in `skip` left out); a file's digest when `root` is a file."""
+def tree_digest(root: str | Path, skip: Iterable[str] = (), *, use_checksums: bool = False) -> str:
+    """sha256 over every file under `root` (relative name + contents; locks, temps, checksums and any path
+    with a part named in `skip` left out); a file's digest when `root` is a file. `use_checksums`: a file
+    with a stored checksum enters by it, unread (a large store fingerprinted in a moment)."""
     root = Path(root)
     if root.is_file():
         return file_digest(root)
     h = hashlib.sha256()
     skip = set(skip)
     for p in sorted(q for q in root.rglob("*") if q.is_file()):
-        if _is_bookkeeping(p) or p.name in skip:
+        rel = p.relative_to(root)
+        if _is_bookkeeping(p) or skip.intersection(rel.parts):
             continue
-        h.update(str(p.relative_to(root)).encode() + b"\0" + file_digest(p).encode())
+        ck = checksum_path(p)
+        digest = ck.read_text().strip() if use_checksums and ck.is_file() else file_digest(p)
+        h.update(str(rel).encode() + b"\0" + digest.encode())
     return h.hexdigest()
 
 

@@ -24,6 +24,7 @@ from lengthpred.features.settings import FeatureSettings, cache_key, prompts_has
 from lengthpred.features.store import MANIFEST, FeatureSet, load_features
 from lengthpred.models.serving import load_causal_lm
 from lengthpred.stages.locations import data_dir
+from lengthpred.stages.outputs import declare_outputs
 from lengthpred.stages.shards import parse_shard
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,7 @@ def run_extract(cfg: DictConfig) -> Path:
     model.to(device)
     with torch.inference_mode():
         root = extract(cfg, model, tokenizer, prompts)
+    declare_outputs(cfg, root)
     i, n = parse_shard(cfg.shard)
     if n == 1:
         fs = load_features(root)  # checks: no duplicates, no gaps
