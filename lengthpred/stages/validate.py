@@ -93,7 +93,7 @@ ARRIVALS = ("poisson", "gamma")
 RULES: dict[str, Rule] = {
     "seed": integer(),
     "data.seed": integer(),
-    "data.per_domain": integer(1),
+    "data.per_domain": integer(1, null=True),  # null: every prompt
     "data.val_fraction": number(0, 1, hi_open=True),
     "data.test_fraction": number(0, 1, hi_open=True),
     "data.max_prompt_tokens": integer(1, null=True),
