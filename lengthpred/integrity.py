@@ -41,7 +41,7 @@ def file_digest(path: str | Path) -> str:
 
 
 def _is_bookkeeping(p: Path) -> bool:
-    return p.name == LOCK_NAME or p.name.endswith((".tmp", CHECKSUM_SUFFIX, BAD_SUFFIX))
+    return p.name.startswith(LOCK_NAME) or p.name.endswith((".lock", ".tmp", CHECKSUM_SUFFIX, BAD_SUFFIX))
 
 
 def tree_digest(root: str | Path, skip: Iterable[str] = (), *, use_checksums: bool = False) -> str:
@@ -118,7 +118,10 @@ def quarantine(path: str | Path, why: str) -> Path:
     """Rename a damaged file (and its checksum) to `<name>.bad` and say so in one line."""
     path = Path(path)
     bad = path.with_name(path.name + BAD_SUFFIX)
-    os.replace(path, bad)
+    try:
+        os.replace(path, bad)
+    except FileNotFoundError:  # another reader moved it aside first
+        return bad
     ck = checksum_path(path)
     if ck.is_file():
         os.replace(ck, checksum_path(bad))

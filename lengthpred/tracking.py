@@ -45,7 +45,7 @@ class Tracker:
 @contextlib.contextmanager
 def tracked(cfg: DictConfig, stage: str) -> Iterator[Tracker]:
     """A W&B run for one stage, grouped by experiment; always finished, so a crash never breaks a multirun.
-    `WANDB_MODE` (W&B's own variable) wins over `logger.mode`."""
+    `WANDB_MODE` (W&B's own variable) overrides `logger.mode` unless that is `disabled`."""
     lcfg = cfg.get("logger") or {}
     mode = logger_mode(lcfg)  # no logger group (a config built by hand): no tracking
     if mode == "disabled":

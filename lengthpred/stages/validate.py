@@ -2,7 +2,7 @@
 
 `validate(cfg, script)` is called by `lengthpred.cli.stage` before a script's body (and so before a model,
 a dataset or a calibration burst is loaded): types and ranges of the numeric settings (`RULES`), the
-logger mode (with `WANDB_MODE`, which wins over `logger.mode`), every key of the head config (top level,
+logger mode (with `WANDB_MODE`), every key of the head config (top level,
 `params` and `select`), and what one script needs that others do not (`serve`: the vLLM engine).
 A key the config does not have is not checked (a config built by hand for one stage).
 """
@@ -213,17 +213,15 @@ def check_head(hcfg: Mapping[str, Any] | None) -> None:
 
 
 def logger_mode(lcfg: Mapping[str, Any] | None) -> str:
-    """The W&B mode a run uses: `WANDB_MODE` when set (W&B's own variable), else `logger.mode` (no logger
-    group: disabled)."""
-    env = os.environ.get("WANDB_MODE")
-    if env:
-        if env not in WANDB_MODES:
-            raise ConfigError(f"WANDB_MODE={env!r}: must be one of {sorted(WANDB_MODES)}")
-        return WANDB_MODES[env]
+    """The W&B mode a run uses: `logger.mode` (no logger group: disabled), overridden by `WANDB_MODE` (W&B's
+    own variable) unless the config turned tracking off; `WANDB_MODE=disabled` always turns it off."""
     mode = (lcfg or {}).get("mode", "disabled")
     if mode not in LOGGER_MODES:
         raise ConfigError(f"logger.mode={mode!r}: must be one of {list(LOGGER_MODES)}")
-    return str(mode)
+    env = os.environ.get("WANDB_MODE")
+    if env and env not in WANDB_MODES:
+        raise ConfigError(f"WANDB_MODE={env!r}: must be one of {sorted(WANDB_MODES)}")
+    return str(mode) if not env or mode == "disabled" else WANDB_MODES[env]
 
 
 def _has_wandb_key() -> bool:
