@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from lengthpred.errors import ConfigError
+from lengthpred.serve.vllm_engine import SETUP_HINT
 from lengthpred.stages.heads import constructor_params, head_class
 
 Rule = Callable[[Any], str | None]  # what is wrong with a value, or None
@@ -57,6 +58,7 @@ def number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = 
         if low or high:
             left = "(" if lo_open else "["
             right = ")" if hi_open else "]"
+            right = ")" if hi is None else right
             return f"must be in {left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
         return None
     return rule
@@ -246,7 +248,7 @@ def check_serve_engine(cfg: Any) -> None:
     if _value(cfg, "serve.resimulate") not in (None, _ABSENT):
         return
     if _value(cfg, "serve.engine.kind") == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ConfigError("serve.engine.kind=vllm but vLLM is not installed: pip install 'lengthpred[vllm]' "
+        raise ConfigError(f"serve.engine.kind=vllm but vLLM is not importable in this venv: {SETUP_HINT} "
                           "(or serve.engine.kind=fake for the simulated engine)")
 
 
