@@ -151,7 +151,7 @@ def write_reference(rows: pd.DataFrame, path: Path, meta: Mapping[str, Any]) -> 
 
 def read_reference(path: Path) -> tuple[pd.DataFrame, dict]:
     """(rows, meta) of a reference trace file; a line that is not JSON (a partial last line) or a length that
-    is not a finite non-negative integer stops with file:line and field."""
+    is not a finite non-negative number (a boolean, Infinity) stops with file:line and field."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"no reference trace at {path}; generate one with scripts/generate.py generate=reference")
@@ -163,8 +163,9 @@ def read_reference(path: Path) -> tuple[pd.DataFrame, dict]:
     for n, row in parsed[1:]:
         for key in ("length", "prompt_tokens"):
             v = row.get(key)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                raise DataError(f"{path}:{n}: field {key!r}={v!r} is not a non-negative integer")
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v)
+                                  or v < 0):
+                raise DataError(f"{path}:{n}: field {key!r}={v!r} is not a finite non-negative number")
     rows = pd.DataFrame([row for _, row in parsed[1:]])
     if meta.get("n_rows") is not None and len(rows) != meta["n_rows"]:
         raise DataError(f"{path}: {len(rows)} rows but its meta says {meta['n_rows']} (truncated trace?)")

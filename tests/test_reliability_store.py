@@ -225,3 +225,11 @@ def test_truncated_prompts_are_counted_per_split(tiny_model, tokenizer, tmp_path
     assert sorted(fs.truncated) == ["q02", "q03", "q04", "q05"] and min(fs.truncated.values()) > budget
     parts = {"train": ["q00", "q02", "q03"], "val": ["q01"], "test": ["q04", "q05"]}
     assert truncated_counts(fs, parts) == {"train": 2, "val": 0, "test": 2}
+
+
+@pytest.mark.parametrize("value", ["true", "Infinity"])
+def test_reference_length_that_is_no_number_names_file_and_line(tmp_path, value):
+    path = tmp_path / "ref.jsonl"
+    path.write_text('{"meta": {}}\n{"id": "a", "sample": 0, "length": ' + value + ', "finish_reason": "eos"}\n')
+    with pytest.raises(DataError, match=r"ref.jsonl:2: field 'length'=.* is not a finite non-negative number"):
+        read_reference(path)
