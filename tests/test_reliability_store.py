@@ -233,3 +233,17 @@ def test_reference_length_that_is_no_number_names_file_and_line(tmp_path, value)
     path.write_text('{"meta": {}}\n{"id": "a", "sample": 0, "length": ' + value + ', "finish_reason": "eos"}\n')
     with pytest.raises(DataError, match=r"ref.jsonl:2: field 'length'=.* is not a finite non-negative number"):
         read_reference(path)
+
+
+def test_a_changed_declared_output_changes_the_next_stages_key(tmp_path):
+    from lengthpred.pipeline import outputs_digest
+
+    product = tmp_path / "splits"
+    product.mkdir()
+    (product / "splits.json").write_text("{}")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "_outputs.json").write_text(json.dumps([str(product)]))
+    before = outputs_digest(tmp_path / "out")
+    assert outputs_digest(tmp_path / "out") == before
+    (product / "splits.json").write_text('{"indomain": {}}')  # rebuilt by hand with other contents
+    assert outputs_digest(tmp_path / "out") != before

@@ -126,6 +126,13 @@ RULES: dict[str, Rule] = {
     "online.record_every": integer(1),
     "online.plot_pairs": integer(1, null=True),
     "online.trace_cap": number(0, lo_open=True, null=True),
+    "online.completion.load": number(0, lo_open=True, null=True),
+    "online.completion.arrival_rate": number(0, lo_open=True, null=True),
+    "online.completion.max_concurrency": integer(1),
+    "online.completion.tokens_per_s": POSITIVE,
+    "online.completion.prompt_tokens": integer(0),
+    "sweep.n_boot": integer(1),
+    "sweep.layers": each(integer(0)),
     "eval.confidence": FRACTION_OPEN,
     "eval.n_boot": integer(0),  # 0 skips the intervals (conf/eval/default.yaml)
     "sched.n_requests": integer(1),
