@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.integrity import temp_path
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ def write_reference(rows: pd.DataFrame, path: Path, meta: Mapping[str, Any]) -> 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     df = rows.sort_values(["id", "sample"])[list(REFERENCE_COLUMNS)]
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temp_path(path)  # this writer's own
     with tmp.open("w") as f:
         f.write(json.dumps({"meta": dict(meta)}, sort_keys=True) + "\n")
         for r in df.itertuples(index=False):
