@@ -215,6 +215,8 @@ def test_deleted_stage_output_reruns_the_stage(tmp_path):
     (product / "splits.json").unlink()
     product.rmdir()
     assert run_stage("data", tmp_path / "out", "k", stage) and len(runs) == 2
+    (product / "splits.json").write_text('{"edited": 1}')  # changed since the stage wrote it: rerun too
+    assert run_stage("data", tmp_path / "out", "k", stage) and len(runs) == 3
 
 
 def test_truncated_prompts_are_counted_per_split(tiny_model, tokenizer, tmp_path):
