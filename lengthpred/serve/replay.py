@@ -12,6 +12,14 @@ token, finish, prompt and output tokens, priority, prediction, status (finished 
 and why. Per step (`RunLog.steps`): start, end, whether the loop idled before it, the work scheduled
 (batch, prefill tokens, context tokens), the engine's waiting and running counts after it, requests still
 waiting for a prediction, and preemptions.
+
+A predictor that reads the engine's own prefill (`in_engine`, `lengthpred.serve.predictor.EngineReadout`)
+serves each request in two phases, the order `lengthpred.sched.simulate(..., prefill_first=True)` models:
+on arrival a one-token request `<rid>/prefill` enters the engine ahead of every decode (priority
+`PREFILL_PRIORITY`, FCFS among prefills) with its state captured; when that step returns, the readout
+predicts from the captured state (`ready`), and the decode request `<rid>` (prompt + the first token,
+length − 1 tokens) enters at the policy's priority, sharing the prompt's KV with the prefill through the
+engine's prefix cache (`cache_salt`). Its first token is the prefill's; nothing waits outside the engine.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from lengthpred.serve.engine import Engine, RequestRejected
 from lengthpred.serve.priority import ServePolicy
 from lengthpred.serve.workload import ServeRequest
 
+PREFILL_SUFFIX = "/prefill"  # the engine id of a request's prefill phase (in-engine predictor)
+PREFILL_PRIORITY = -1  # ahead of every decode: vLLM's priorities here are >= 0 (lengthpred.serve.priority)
 STEP_COLUMNS = ["t_start", "t_end", "idle_before", "batch", "prefill_tokens", "ctx_tokens", "n_waiting",
                 "n_running", "n_predicting", "n_preempted"]
 
@@ -46,6 +56,7 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
     predictions the policy needs (a `NoPredictor` for those that need none). `horizon` (s after the start)
     stops the run: requests still in flight are aborted and reported as unfinished."""
     reqs = sorted(requests, key=lambda r: (r.arrival, r.rid))
+    staged = bool(getattr(predictor, "in_engine", False))
     n = len(reqs)
     by_id = {r.rid: r for r in reqs}
     nan = math.nan
@@ -65,6 +76,14 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
         for req, pred, done in predictor.poll(now):
             arrived_unready -= 1
             r = rec[req.rid]
+            if staged:  # in at once as a one-token prefill; its prediction comes from that step
+                try:
+                    engine.add(req.rid + PREFILL_SUFFIX, req.prompt_ids, 1, PREFILL_PRIORITY, clock.epoch(t0 + req.arrival),
+                               capture=True, cache_salt=req.rid)
+                    r["added"] = clock.now() - t0
+                except RequestRejected as e:
+                    r["status"], r["reason"] = "rejected", str(e)
+                continue
             # ready at arrival, or when the worker finished (a perf_counter reading: live predictors run on
             # the wall clock only)
             r["ready"] = req.arrival if done is None else max(req.arrival, done - t0)
@@ -86,13 +105,19 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
                           info.n_running, arrived_unready, info.n_preempted))
             idle = False
             for rid, k in info.new_tokens.items():
-                r = rec.get(rid)
+                r = rec.get(_base(rid) if staged else rid)
                 if r is None:
                     continue
                 if math.isnan(r["first_token"]):
                     r["first_token"] = te - t0
                 r["output_tokens"] += int(k)
+            if staged:
+                _decode_phase(info, by_id, rec, engine, policy, predictor, clock, t0)
             for rid in info.finished:
+                if staged and rid.endswith(PREFILL_SUFFIX):
+                    rid = _base(rid)
+                    if by_id[rid].length > 1:
+                        continue  # its decode phase follows
                 r = rec.get(rid)
                 if r is None:
                     continue
@@ -114,11 +139,38 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
         floor = wake
     end = clock.now() - t0
     if hit:
-        engine.abort([rid for rid, r in rec.items() if r["status"] == "unfinished" and not math.isnan(r["added"])])
+        gone = [rid for rid, r in rec.items() if r["status"] == "unfinished" and not math.isnan(r["added"])]
+        engine.abort(gone + [rid + PREFILL_SUFFIX for rid in gone] if staged else gone)
     stats = predictor.stats()
     rows = [{"rid": q.rid, "prompt_id": q.prompt_id, "arrival": q.arrival, "prompt_tokens": q.prompt_tokens,
-             "target_tokens": q.length, "expected_tokens": q.expected, **rec[q.rid]} for q in reqs]
+             "target_tokens": q.length, "expected_tokens": q.expected, **rec[q.rid], "prefill_first": staged}
+            for q in reqs]
     return RunLog(pd.DataFrame(rows), pd.DataFrame(steps, columns=STEP_COLUMNS), stats, hit, end)
+
+
+def _base(rid: str) -> str:
+    return rid[: -len(PREFILL_SUFFIX)] if rid.endswith(PREFILL_SUFFIX) else rid
+
+
+def _decode_phase(info: Any, by_id: dict[str, ServeRequest], rec: dict[str, dict], engine: Engine,
+                  policy: ServePolicy, predictor: Any, clock: Any, t0: float) -> None:
+    """For each prefill whose state the step captured: the readout's prediction, then the request's decode
+    phase at the policy's priority (prompt + its first token, the prompt's KV shared through the salt)."""
+    for eid, row in info.captured.items():
+        rid = _base(eid)
+        req, r = by_id[rid], rec[rid]
+        pred = float(predictor.predict_row(req, row))
+        r["ready"] = clock.now() - t0
+        r["prediction"] = pred
+        r["priority"] = prio = policy.priority(pred, req.length)
+        if req.length <= 1:
+            continue  # the prefill's token was its whole answer
+        first = list(info.token_ids.get(eid, [0]))[:1]
+        try:
+            engine.add(rid, list(req.prompt_ids) + first, req.length - 1, prio, clock.epoch(t0 + req.arrival),
+                       cache_salt=rid)
+        except RequestRejected as e:
+            r["status"], r["reason"] = "rejected", str(e)
 
 
 def queue_series(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
