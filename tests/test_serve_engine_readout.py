@@ -23,7 +23,7 @@ from lengthpred.serve.engine_readout import StateCapture, StepLayout, decoder_la
 from lengthpred.serve.fake import fake_state
 from lengthpred.serve.featurize import PrefillFeaturizer
 from lengthpred.serve.predictor import EngineReadout
-from lengthpred.serve.replay import PREFILL_SUFFIX
+from lengthpred.serve.replay import PREFILL_SUFFIX, keep_slots
 from tests.test_serve import assert_simulator_equals
 
 PROF = HardwareProfile("test", t_base=0.01, t_seq=0.002, t_ctx=1e-5, t_prefill_token=1e-4, t_swap_token=0.0,
@@ -118,12 +118,13 @@ def test_engine_readout_serves_prefill_first_and_the_simulator_models_it_exactly
     np.testing.assert_allclose(r["ready"], r["first_token"], atol=1e-12)
     assert (r["priority"] == np.round(r["prediction"]).astype(int)).all()
     assert stats["n_updates"] == len(reqs) and stats["predict_compute_mean"] > 0
-    # the decode phase re-prefills only the prompt's last partial block (+ its first token)
-    tails = sorted(q.prompt_tokens + 1 - PROF.block_size * (q.prompt_tokens // PROF.block_size)
-                   for q in reqs if q.length > 1)
-    full = sorted(q.prompt_tokens for q in reqs)
-    pf = sorted(int(x) for x in run.steps["prefill_tokens"] if x > 0)
-    assert sum(pf) == sum(tails) + sum(full)
+    # a decode the priority order admits at once keeps its slot; one that yields re-prefills only the prompt's
+    # last partial block (+ its first token) when it is admitted again
+    split = r["split"].to_numpy()
+    assert 0 < split.sum() < sum(q.length > 1 for q in reqs)
+    tails = sum(q.prompt_tokens + 1 - PROF.block_size * (q.prompt_tokens // PROF.block_size)
+                for q in reqs if r.loc[q.rid, "split"])
+    assert run.steps["prefill_tokens"].sum() == tails + sum(q.prompt_tokens for q in reqs)
     assert_simulator_equals(run, "sjf", PROF)
 
 
@@ -163,3 +164,11 @@ def test_the_fake_engine_reuses_cached_full_blocks_only_within_a_salt():
     eng.add("x", prompt + [0], 3, 0, 0.0, cache_salt="x")
     eng.add("y", prompt + [0], 3, 0, 0.0, cache_salt="y")
     assert eng.step().prefill_tokens == (41 - 32) + 41  # x: two cached blocks of 16; y: another salt, nothing
+
+
+def test_keep_slots_follows_the_engines_priority_order():
+    waiting = [(-1, 5.0), (40, 1.0)]  # a prefill that arrived at 5 s, a decode predicted at 40 tokens
+    cands = [(10, 2.0, "x"), (40, 0.5, "y"), (90, 0.1, "z")]
+    assert keep_slots(cands, waiting, 2) == {"x"}  # the prefill first, then x
+    assert keep_slots(cands, waiting, 3) == {"x", "y"}  # y ties the waiting decode and arrived earlier
+    assert keep_slots(cands, [], 3) == {"x", "y", "z"} and keep_slots(cands, waiting, 0) == set()

@@ -20,9 +20,10 @@ arrival and counted, never retried. The running batch and its worst key live in 
 `prefill_first` models a predictor that reads the engine's own prefill (LEAP; `lengthpred.serve`, predictor
 source `engine`): before its prediction exists a request can only be ordered by arrival, so it first runs as
 a one-token prefill request ahead of every decode waiting for a slot (FCFS among prefills); its prediction
-exists when that step ends, and its decode then waits at the policy's key for a slot of its own. The decode
-re-uses the prompt's KV through prefix caching: its admission prefills only what the full KV blocks of the
-prompt do not hold (P + 1 − block_size·⌊P / block_size⌋ tokens).
+exists when that step ends, and its decode then waits at the policy's key for a slot of its own. A decode
+admitted at that same boundary keeps the slot and the KV it has (no cost); one admitted later re-uses the
+prompt's KV through prefix caching, its admission prefilling only what the full KV blocks of the prompt do
+not hold (P + 1 − block_size·⌊P / block_size⌋ tokens).
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def simulate(
     steps0, tok0, G0, ver, npre = [0] * n, [0.0] * n, [0] * n, [0] * n, [0] * n
     limit = math.inf if max_preemptions is None else max_preemptions
     staged = [prefill_first] * n  # still to run its prefill-only first phase (prefill_first)
-    resumed = [False] * n  # its decode phase waits, its prompt's full KV blocks cached
+    resumed = [-1] * n  # the boundary its prefill phase ended at while its decode phase waits, else -1
     running = make_runset(policy, (G0, steps0, tok0, rate, npre), arr, aging, limit, max_batch)
     add, remove, worst = running.add, running.remove, running.worst
     nan = math.nan
@@ -195,7 +196,7 @@ def simulate(
             if v != ver[i]:
                 continue
             if staged[i] and work[i] > 1:  # its prefill step ended: predict, then queue its decode at its key
-                staged[i], resumed[i] = False, True
+                staged[i], resumed[i] = False, G
                 S -= P[i] + tok0[i] - rate[i] * G0[i]
                 steps0[i] += G - G0[i]
                 tok0[i] += rate[i] * (G - G0[i])
@@ -242,14 +243,14 @@ def simulate(
             k, _, i = waiting[0]
             if B < max_batch and (S + R * (G + 1) + P[i] + tok0[i] + rate[i]) / bs + B + 1 <= m_cap:
                 pf = 0 if (swap and npre[i]) else P[i] + int(tok0[i])
-                if resumed[i]:  # the decode phase: its prompt's full KV blocks are cached
-                    pf -= bs * (P[i] // bs)
+                if resumed[i] >= 0:  # the decode phase: its own slot at once, else the prompt's full blocks cached
+                    pf = 0 if resumed[i] == G else pf - bs * (P[i] // bs)
                 if prefill and prefill + pf > budget - B * decode_tokens:
                     break  # this step's token budget is spent
                 heapq.heappop(waiting)
                 prefill += pf
-                if resumed[i]:
-                    resumed[i] = False
+                if resumed[i] >= 0:
+                    resumed[i] = -1
                 elif npre[i]:
                     if swap:
                         extra += t_sw * (P[i] + tok0[i])

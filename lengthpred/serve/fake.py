@@ -111,6 +111,15 @@ class FakeEngine:
         info.n_waiting, info.n_running = len(self._waiting), len(self._running)
         return info
 
+    def waiting_keys(self) -> list[tuple[int, float]]:
+        return [(p, a) for p, a, _, _ in self._waiting]
+
+    def n_running(self) -> int:
+        return len(self._running)
+
+    def set_priority(self, rid: str, priority: int) -> None:
+        pass  # no memory pressure here: a running request's priority never matters
+
     def has_unfinished(self) -> bool:
         return bool(self._waiting or self._running)
 

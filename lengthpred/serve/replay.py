@@ -15,11 +15,14 @@ waiting for a prediction, and preemptions.
 
 A predictor that reads the engine's own prefill (`in_engine`, `lengthpred.serve.predictor.EngineReadout`)
 serves each request in two phases, the order `lengthpred.sched.simulate(..., prefill_first=True)` models:
-on arrival a one-token request `<rid>/prefill` enters the engine ahead of every decode (priority
+on arrival the request enters the engine as `<rid>/prefill` ahead of every decode (priority
 `PREFILL_PRIORITY`, FCFS among prefills) with its state captured; when that step returns, the readout
-predicts from the captured state (`ready`), and the decode request `<rid>` (prompt + the first token,
-length − 1 tokens) enters at the policy's priority, sharing the prompt's KV with the prefill through the
-engine's prefix cache (`cache_salt`). Its first token is the prefill's; nothing waits outside the engine.
+predicts from the captured state (`ready`), and its decode takes the policy's priority. Before the next step
+(after that step's arrivals entered) the engine's priority order decides (`keep_slots`): a decode that would
+be admitted into the slots then free keeps its slot and KV and just runs on; any other yields: it is
+aborted and re-enters as `<rid>` (prompt + its first token, length − 1 tokens) at its priority, re-using
+the prompt's full KV blocks through the engine's prefix cache (`cache_salt`). Its first token is the
+prefill's; nothing waits outside the engine. `split` marks the requests that yielded.
 """
 
 from __future__ import annotations
@@ -56,12 +59,13 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
     predictions the policy needs (a `NoPredictor` for those that need none). `horizon` (s after the start)
     stops the run: requests still in flight are aborted and reported as unfinished."""
     reqs = sorted(requests, key=lambda r: (r.arrival, r.rid))
-    staged = bool(getattr(predictor, "in_engine", False))
+    staged = _TwoPhase(engine, policy, predictor, clock) if getattr(predictor, "in_engine", False) else None
     n = len(reqs)
     by_id = {r.rid: r for r in reqs}
     nan = math.nan
     rec = {r.rid: {"ready": nan, "added": nan, "first_token": nan, "finish": nan, "output_tokens": 0,
-                   "priority": nan, "prediction": nan, "status": "unfinished", "reason": ""} for r in reqs}
+                   "priority": nan, "prediction": nan, "status": "unfinished", "reason": "", "split": False}
+           for r in reqs}
     steps: list[tuple] = []
     t0 = clock.now()
     nxt, idle, hit = 0, True, False
@@ -76,10 +80,10 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
         for req, pred, done in predictor.poll(now):
             arrived_unready -= 1
             r = rec[req.rid]
-            if staged:  # in at once as a one-token prefill; its prediction comes from that step
+            if staged:  # in at once, prefill first; its prediction comes from that step
                 try:
-                    engine.add(req.rid + PREFILL_SUFFIX, req.prompt_ids, 1, PREFILL_PRIORITY, clock.epoch(t0 + req.arrival),
-                               capture=True, cache_salt=req.rid)
+                    engine.add(req.rid + PREFILL_SUFFIX, req.prompt_ids, req.length, PREFILL_PRIORITY,
+                               clock.epoch(t0 + req.arrival), capture=True, cache_salt=req.rid)
                     r["added"] = clock.now() - t0
                 except RequestRejected as e:
                     r["status"], r["reason"] = "rejected", str(e)
@@ -94,6 +98,8 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
                 r["added"] = clock.now() - t0
             except RequestRejected as e:
                 r["status"], r["reason"] = "rejected", str(e)
+        if staged:
+            staged.decide(by_id, rec, t0)  # after this boundary's arrivals entered, before the next step
         if horizon is not None and now >= horizon:
             hit = True
             break
@@ -112,12 +118,12 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
                     r["first_token"] = te - t0
                 r["output_tokens"] += int(k)
             if staged:
-                _decode_phase(info, by_id, rec, engine, policy, predictor, clock, t0)
+                staged.predict(info, by_id, rec, t0)
             for rid in info.finished:
                 if staged and rid.endswith(PREFILL_SUFFIX):
+                    if rid in staged.yielded:
+                        continue  # its decode phase runs under its own id
                     rid = _base(rid)
-                    if by_id[rid].length > 1:
-                        continue  # its decode phase follows
                 r = rec.get(rid)
                 if r is None:
                     continue
@@ -142,8 +148,9 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
         gone = [rid for rid, r in rec.items() if r["status"] == "unfinished" and not math.isnan(r["added"])]
         engine.abort(gone + [rid + PREFILL_SUFFIX for rid in gone] if staged else gone)
     stats = predictor.stats()
+    staged_on = staged is not None
     rows = [{"rid": q.rid, "prompt_id": q.prompt_id, "arrival": q.arrival, "prompt_tokens": q.prompt_tokens,
-             "target_tokens": q.length, "expected_tokens": q.expected, **rec[q.rid], "prefill_first": staged}
+             "target_tokens": q.length, "expected_tokens": q.expected, **rec[q.rid], "prefill_first": staged_on}
             for q in reqs]
     return RunLog(pd.DataFrame(rows), pd.DataFrame(steps, columns=STEP_COLUMNS), stats, hit, end)
 
@@ -152,25 +159,54 @@ def _base(rid: str) -> str:
     return rid[: -len(PREFILL_SUFFIX)] if rid.endswith(PREFILL_SUFFIX) else rid
 
 
-def _decode_phase(info: Any, by_id: dict[str, ServeRequest], rec: dict[str, dict], engine: Engine,
-                  policy: ServePolicy, predictor: Any, clock: Any, t0: float) -> None:
-    """For each prefill whose state the step captured: the readout's prediction, then the request's decode
-    phase at the policy's priority (prompt + its first token, the prompt's KV shared through the salt)."""
-    for eid, row in info.captured.items():
-        rid = _base(eid)
-        req, r = by_id[rid], rec[rid]
-        pred = float(predictor.predict_row(req, row))
-        r["ready"] = clock.now() - t0
-        r["prediction"] = pred
-        r["priority"] = prio = policy.priority(pred, req.length)
-        if req.length <= 1:
-            continue  # the prefill's token was its whole answer
-        first = list(info.token_ids.get(eid, [0]))[:1]
-        try:
-            engine.add(rid, list(req.prompt_ids) + first, req.length - 1, prio, clock.epoch(t0 + req.arrival),
-                       cache_salt=rid)
-        except RequestRejected as e:
-            r["status"], r["reason"] = "rejected", str(e)
+def keep_slots(candidates: list[tuple[int, float, str]], waiting: list[tuple[int, float]], free: int) -> set[str]:
+    """Which just-prefilled requests (priority, arrival, id) keep their slot: those the engine's priority
+    order (priority, then arrival) would admit into the `free` slots of the next step if they re-entered its
+    waiting queue (`waiting`: (priority, arrival) of each request there) at their predicted priority."""
+    order = sorted([(p, a, 0, rid) for p, a, rid in candidates] + [(p, a, 1, "") for p, a in waiting])
+    return {rid for k, (_, _, c, rid) in enumerate(order) if c == 0 and k < free}
+
+
+class _TwoPhase:
+    """The replay's side of an in-engine readout: predictions from captured prefill states, then each
+    decode's slot decision (the module docstring)."""
+
+    def __init__(self, engine: Engine, policy: ServePolicy, predictor: Any, clock: Any) -> None:
+        self.engine, self.policy, self.predictor, self.clock = engine, policy, predictor, clock
+        self.pending: list[tuple[str, int, float, int]] = []  # (engine id, priority, arrival, first token)
+        self.yielded: set[str] = set()
+
+    def predict(self, info: Any, by_id: dict[str, ServeRequest], rec: dict[str, dict], t0: float) -> None:
+        for eid, row in info.captured.items():
+            req, r = by_id[_base(eid)], rec[_base(eid)]
+            pred = float(self.predictor.predict_row(req, row))
+            r["ready"] = self.clock.now() - t0
+            r["prediction"] = pred
+            r["priority"] = prio = self.policy.priority(pred, req.length)
+            if req.length > 1:  # else the prefill's token was its whole answer
+                self.pending.append((eid, prio, req.arrival, (list(info.token_ids.get(eid, [])) or [0])[0]))
+
+    def decide(self, by_id: dict[str, ServeRequest], rec: dict[str, dict], t0: float) -> None:
+        if not self.pending:
+            return
+        eng = self.engine
+        free = eng.limits.max_batch - (eng.n_running() - len(self.pending))
+        keep = keep_slots([(p, a, eid) for eid, p, a, _ in self.pending], eng.waiting_keys(), free)
+        for eid, prio, arrival, first in self.pending:
+            if eid in keep:
+                eng.set_priority(eid, prio)
+                continue
+            rid = _base(eid)
+            req, r = by_id[rid], rec[rid]
+            eng.abort([eid])
+            self.yielded.add(eid)
+            r["split"] = True
+            try:
+                eng.add(rid, list(req.prompt_ids) + [first], req.length - 1, prio, self.clock.epoch(t0 + arrival),
+                        cache_salt=rid)
+            except RequestRejected as e:
+                r["status"], r["reason"] = "rejected", str(e)
+        self.pending = []
 
 
 def queue_series(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -88,6 +88,7 @@ class VLLMEngine:
                                    max_model_len=int(self.llm.model_config.max_model_len))
         self._step: StepInfo | None = None
         self.capture: StateCapture | None = None
+        self._engine_ids: dict[str, str] = {}  # captured request → the id vLLM schedules it under
         if capture_layer is not None:
             runner = self._model_runner(core)
             layers = runner.get_model().model.layers
@@ -140,6 +141,7 @@ class VLLMEngine:
             raise RequestRejected(f"request {rid}: {str(e).strip().splitlines()[0][:300]}") from None
         if capture and self.capture is not None:
             self.capture.want(str(engine_id or rid), rid)  # vLLM adds a suffix to the id it schedules
+            self._engine_ids[rid] = str(engine_id or rid)
 
     def step(self) -> StepInfo:
         self._step = None
@@ -158,12 +160,25 @@ class VLLMEngine:
             info.captured = self.capture.take()
         return info
 
+    def waiting_keys(self) -> list[tuple[int, float]]:
+        return [(int(r.priority), float(r.arrival_time)) for r in self.scheduler.waiting]
+
+    def n_running(self) -> int:
+        return len(self.scheduler.running)
+
+    def set_priority(self, rid: str, priority: int) -> None:
+        req = self.scheduler.requests.get(self._engine_ids.get(rid, rid))
+        if req is not None:  # vLLM's preemption victim is the running request with the largest (priority, arrival)
+            req.priority = int(priority)
+
     def has_unfinished(self) -> bool:
         return bool(self.llm.has_unfinished_requests())
 
     def abort(self, rids: list[str]) -> None:
         if rids:
             self.llm.abort_request(list(rids))
+        for r in rids:
+            self._engine_ids.pop(r, None)
         if self.capture is not None:
             gone = set(rids)
             self.capture.forget([e for e, r in self.capture.wanted.items() if r in gone])
