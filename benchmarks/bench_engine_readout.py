@@ -21,17 +21,26 @@ cleanest). Added cost per prompt, against the plain request's prefill step (its 
   other step does the same work as the plain request's;
 - whole (a check, noisier): all steps, adds and readout minus the plain request's.
 Also printed: each part, and the load average at the start and the end.
+
+How often a decode yields depends on the queue. `--workload` (default: the committed demo runs) replays the
+predicted-SJF runs stored there (their arrivals, prompt and answer lengths, and predictions) on the fake
+engine with their fitted profile and these KV blocks (`lengthpred.serve.replay`'s two phases, no vLLM), and
+prints per load the share of requests that yield, so the mean added cost per request at that load, and the
+per-token latency, TTFT and JCT against FCFS and against the same predictions known at arrival (free).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_generate import prompts  # noqa: E402 (the demo's chat-templated prompts)
@@ -39,7 +48,12 @@ from bench_generate import prompts  # noqa: E402 (the demo's chat-templated prom
 from lengthpred.models.serving import checkpoint_dir, load_tokenizer  # noqa: E402
 from lengthpred.models.specs import embedded_serving_spec  # noqa: E402
 from lengthpred.online.rls import RLSRegressor  # noqa: E402
+from lengthpred.paths import REPO_ROOT  # noqa: E402
+from lengthpred.serve import FakeEngine, NoPredictor, VirtualClock, get_policy, replay  # noqa: E402
+from lengthpred.serve.fidelity import sim_metrics, simulate_run  # noqa: E402
+from lengthpred.serve.metrics import SLO, real_run_metrics  # noqa: E402
 from lengthpred.serve.predictor import EngineReadout  # noqa: E402
+from lengthpred.serve.profile_fit import profile_from_dict  # noqa: E402
 from lengthpred.serve.replay import PREFILL_PRIORITY, PREFILL_SUFFIX  # noqa: E402
 from lengthpred.serve.vllm_engine import VLLMEngine  # noqa: E402
 from lengthpred.serve.workload import ServeRequest  # noqa: E402
@@ -90,6 +104,45 @@ def in_engine(eng: VLLMEngine, readout: EngineReadout, rid: str, ids: list[int],
             "readout": read, "hook": eng.capture.hook_s - hook0}
 
 
+class _Stored(NoPredictor):
+    """An in-engine readout that answers with the predictions a stored run made."""
+
+    in_engine = True
+
+    def __init__(self, pred: dict[str, float]) -> None:
+        super().__init__()
+        self.pred = pred
+
+    def predict_row(self, req: ServeRequest, row: np.ndarray) -> float:
+        return self.pred[req.rid]
+
+
+def yield_shares(run_dir: Path, block_size: int) -> pd.DataFrame:
+    """Per stored predicted-SJF run: the share of requests whose decode yields its slot under the in-engine
+    readout, and its latencies against FCFS and against the same predictions at arrival (fake engine)."""
+    prof = dataclasses.replace(profile_from_dict(json.loads((run_dir / "profile.json").read_text())),
+                               block_size=block_size)
+    req = pd.read_parquet(run_dir / "serve_requests.parquet")
+    rows = []
+    for (load, seed), g in req[req["policy"] == "sjf"].groupby(["load", "seed"]):
+        reqs = [ServeRequest(q.rid, q.prompt_id, [1] * int(q.prompt_tokens), int(q.target_tokens), float(q.arrival),
+                             0.0) for q in g.itertuples()]
+        m = {}
+        for name, pred, pol in (("engine", _Stored(dict(zip(g["rid"], g["prediction"], strict=True))), "sjf"),
+                                ("fcfs", NoPredictor(), "fcfs")):
+            clock = VirtualClock()
+            run = replay(reqs, FakeEngine(prof, clock), get_policy(pol), pred, clock)
+            m[name] = real_run_metrics(run.requests, run.steps, run.end, SLO())
+            if name == "engine":
+                share = float(run.requests["split"].mean())
+        at = simulate_run(g.assign(ready=g["arrival"], prefill_first=False), get_policy("sjf"), prof)
+        m["at_arrival"] = sim_metrics(at, SLO())
+        rows.append({"load": load, "seed": seed, "yield_share": share,
+                     **{f"{k}_{v}": m[v][f"{k}_mean"] for k in ("per_token_latency", "ttft", "jct")
+                        for v in ("fcfs", "engine", "at_arrival")}})
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n-prompts", type=int, default=24)
@@ -98,6 +151,8 @@ def main() -> None:
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--layer", type=int, default=20)
     ap.add_argument("--data", default="demo")
+    ap.add_argument("--workload", default=str(REPO_ROOT / "data/reference/smollm2-135m/serve_demo"),
+                    help="a serve run folder whose predicted-SJF runs give the yield shares ('' for none)")
     a = ap.parse_args()
     spec = embedded_serving_spec()
     ids_all = prompts(a.n_prompts, load_tokenizer(spec), a.data)
@@ -154,6 +209,12 @@ def main() -> None:
               f"{o['second_step_extra_ms_median']:+.2f} ms; whole-request difference "
               f"{100 * o['whole_over_prefill_median']:.1f}% (noisier)")
     print(f"load average {load0[0]:.1f} -> {load1[0]:.1f}; re-prefilled tail {out['tail_tokens_mean']:.1f} tokens mean")
+    if a.workload and (Path(a.workload) / "serve_requests.parquet").is_file():
+        sh = yield_shares(Path(a.workload), a.block_size).groupby("load").mean(numeric_only=True).drop(columns="seed")
+        kept, yld = out["kept"]["added_over_prefill_median"], out["yielded"]["added_over_prefill_median"]
+        sh["mean_added_over_prefill"] = (1 - sh["yield_share"]) * kept + sh["yield_share"] * yld
+        print(f"\nthe stored predicted-SJF runs of {a.workload} on the fake engine (their profile, blocks of "
+              f"{a.block_size}), means over repeats:\n{sh.round(3).to_string()}")
 
 
 if __name__ == "__main__":
