@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from lengthpred.errors import ConfigError
+from lengthpred.errors import ConfigError, ModelError
 from lengthpred.models.tiny import TINY_LAYERS, build_tiny_llama
 from lengthpred.online.rls import RLSRegressor
 from lengthpred.sched.hardware import HardwareProfile
@@ -172,3 +172,17 @@ def test_keep_slots_follows_the_engines_priority_order():
     assert keep_slots(cands, waiting, 2) == {"x"}  # the prefill first, then x
     assert keep_slots(cands, waiting, 3) == {"x", "y"}  # y ties the waiting decode and arrived earlier
     assert keep_slots(cands, [], 3) == {"x", "y", "z"} and keep_slots(cands, waiting, 0) == set()
+
+
+def test_a_prefill_whose_state_was_not_captured_stops_the_run():
+    class Blind(FakeEngine):
+        def step(self):
+            info = super().step()
+            info.captured = {}
+            return info
+
+    clock = VirtualClock()
+    pred = EngineReadout(_readout())
+    with pytest.raises(ModelError, match="captured no state"):
+        replay(_requests(3), Blind(PROF, clock), get_policy("sjf"), pred, clock)
+    pred.close()

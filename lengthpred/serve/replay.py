@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lengthpred.errors import ModelError
 from lengthpred.serve.engine import Engine, RequestRejected
 from lengthpred.serve.priority import ServePolicy
 from lengthpred.serve.workload import ServeRequest
@@ -177,6 +178,11 @@ class _TwoPhase:
         self.yielded: set[str] = set()
 
     def predict(self, info: Any, by_id: dict[str, ServeRequest], rec: dict[str, dict], t0: float) -> None:
+        missed = [e for e in info.new_tokens if e.endswith(PREFILL_SUFFIX) and e not in info.captured
+                  and math.isnan(rec[_base(e)]["prediction"])]
+        if missed:  # a prefill ran without its state: the hook did not see its last prompt token
+            raise ModelError(f"the engine prefilled {missed[0]} but captured no state for it (the capture hook "
+                             f"missed its last prompt token); use serve.predictor.source=worker")
         for eid, row in info.captured.items():
             req, r = by_id[_base(eid)], rec[_base(eid)]
             pred = float(self.predictor.predict_row(req, row))
