@@ -154,6 +154,7 @@ class VLLMEngine:
                 info.token_ids[o.request_id] = [int(x) for c in o.outputs for x in c.token_ids]
             if o.finished:
                 info.finished.append(o.request_id)
+                self._engine_ids.pop(o.request_id, None)
         info.n_waiting = len(self.scheduler.waiting) + len(getattr(self.scheduler, "kv_holding_waiting", ()) or ())
         info.n_running = len(self.scheduler.running)
         if self.capture is not None:
