@@ -32,7 +32,8 @@ def test_default_settings_compose():
 @pytest.mark.parametrize("overrides,match", [
     (["serve.policies=[fcfs,srpt]"], "valid are fcfs, sjf, oracle"),
     (["serve.predictor.kind=none"], "sjf but serve.predictor.kind=none"),
-    (["serve.engine.kind=fake"], "fake_clock=wall"),
+    (["serve.engine.kind=fake", "serve.predictor.source=worker"], "fake_clock=wall"),
+    (["serve.predictor.source=gpu"], "valid: engine, worker"),
     (["serve.loads=[0.5,-1]"], "positive fractions"),
     (["serve.arrival=trace"], "trace_path"),
 ])

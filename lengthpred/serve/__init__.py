@@ -6,7 +6,8 @@
 Modules, one job each: `workload` (prompts with sampled lengths → requests with arrivals), `engine` (the
 engine protocol and step record), `vllm_engine` (vLLM in-process with priority scheduling), `fake` (known
 step times, for tests), `clock`, `priority` (policy → vLLM priority and the simulator policy),
-`featurize` (the prefill feature row), `predictor` (predictions in the request path, RLS updates),
+`featurize` (the prefill feature row), `engine_readout` (that row read from the engine's own prefill by a
+forward hook), `predictor` (predictions in the request path, RLS updates),
 `replay` (the loop), `metrics`, `profile_fit` (step times → a `HardwareProfile`), `fidelity` (simulator
 vs real), `experiment` (the comparison grid), `report` (tables, CDF and queue figures). From a config to
 these parts: `lengthpred.stages.serve`; scripts/serve.py is the entry point. vLLM and matplotlib are

@@ -83,16 +83,19 @@ def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareP
         return out
     idx = np.flatnonzero(ok)
     # the engine admits at step boundaries; the simulator does the same from the time the request could
-    # first have entered (ready), not from when the loop added it (just after a boundary: one step late)
-    idx = idx[np.argsort(r["ready"].to_numpy(float)[idx], kind="stable")]
-    wl = Workload(r["ready"].to_numpy(float)[idx], r["prompt_tokens"].to_numpy()[idx],
-                  np.maximum(r["target_tokens"].to_numpy()[idx], 1))
+    # first have entered (ready), not from when the loop added it (just after a boundary: one step late).
+    # A prediction read from the engine's own prefill is made inside the simulated engine too (prefill_first):
+    # those requests enter at arrival
+    staged = bool(r["prefill_first"].any()) if "prefill_first" in r.columns else False
+    enter = r["arrival" if staged else "ready"].to_numpy(float)
+    idx = idx[np.argsort(enter[idx], kind="stable")]
+    wl = Workload(enter[idx], r["prompt_tokens"].to_numpy()[idx], np.maximum(r["target_tokens"].to_numpy()[idx], 1))
     pol = make_policy(policy.sim_policy)
     pred = ArrayPredictor(r["priority"].to_numpy(float)[idx], name="priority") if pol.needs_prediction else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # overload is judged on the real run (lengthpred.serve.metrics)
         res = simulate(wl, profile, pol, pred, **{"max_preemptions": None, "horizon": math.inf, **(sim or {})},
-                       slowdown=busy_intervals(r, contention))
+                       slowdown=[] if staged else busy_intervals(r, contention), prefill_first=staged)
     ft, fin = np.full(len(r), math.nan), np.full(len(r), math.nan)
     ft[idx], fin[idx] = res.first_token, res.finish
     return out.assign(first_token=ft, finish=fin, output_tokens=np.where(np.isfinite(fin), out["target_tokens"], 0))

@@ -4,6 +4,10 @@ a serving comparison (`lengthpred.serve`), then the comparison itself (`run_serv
 The prompts are a pooled in-domain split (`serve.split`, default every domain's test prompts), encoded as
 generation encoded them (`lengthpred.prompting.encode_prompt`); their sampled lengths come from the same
 targets the heads were fitted on (`lengthpred.stages.targets.load_targets`), capped samples counting as the cap.
+
+The live RLS readout reads its row from the engine's own prefill (`serve.predictor.source=engine`, LEAP's
+design: the engine captures layer L's last-prompt-token state, requests are served prefill first,
+`lengthpred.serve.replay`) or from a second prefill of the embedded model on a CPU worker (`worker`).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from lengthpred.serve.experiment import GridResult, ServeSettings, fidelity_summ
 from lengthpred.serve.fake import FakeEngine
 from lengthpred.serve.featurize import CachedFeaturizer, PrefillFeaturizer
 from lengthpred.serve.metrics import SLO
-from lengthpred.serve.predictor import NoPredictor, OnlineReadout, TablePredictor
+from lengthpred.serve.predictor import EngineReadout, NoPredictor, OnlineReadout, TablePredictor
 from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict
 from lengthpred.serve.replay import RunLog
 from lengthpred.serve.vllm_engine import VLLMEngine
@@ -65,8 +69,11 @@ def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
         raise ConfigError(f"serve.policies {bad}: valid are fcfs, sjf, oracle")
     if "sjf" in sc.policies and sc.predictor.kind == "none":
         raise ConfigError("serve.policies has sjf but serve.predictor.kind=none; choose rls or stored")
+    source = predictor_source(sc)
+    if source not in ("engine", "worker"):
+        raise ConfigError(f"serve.predictor.source={source!r}; valid: engine, worker")
     live = sc.predictor.kind == "rls" and sc.predictor.features == "live" and "sjf" in sc.policies
-    if live and sc.engine.kind == "fake" and sc.engine.fake_clock != "wall":
+    if live and source == "worker" and sc.engine.kind == "fake" and sc.engine.fake_clock != "wall":
         raise ConfigError("a live predictor runs on the wall clock: set serve.engine.fake_clock=wall with the fake engine")
     if not sc.loads or min(sc.loads) <= 0:
         raise ConfigError(f"serve.loads={list(sc.loads)}: need positive fractions of capacity")
@@ -109,21 +116,40 @@ def load_inputs(cfg: DictConfig, tokenizer: Any) -> tuple[PromptPool, Any, dict,
     return build_pool(ids, tokens, samples), prompts, splits, targets
 
 
-def make_engine(cfg: DictConfig) -> tuple[Any, Any]:
-    """(engine, clock): vLLM on the model's checkpoint and the wall clock, or the fake engine on a virtual one."""
+def predictor_source(sc: Any) -> str:
+    """`serve.predictor.source`; runs stored before it existed read their rows on a CPU worker."""
+    return str(sc.predictor.get("source", "worker"))
+
+
+def reads_engine_prefill(cfg: DictConfig) -> bool:
+    """Whether the run's live readout reads the engine's own prefill (the engine then captures states)."""
+    pc, sc = cfg.serve.predictor, cfg.serve
+    return pc.kind == "rls" and pc.features == "live" and predictor_source(sc) == "engine" and "sjf" in sc.policies
+
+
+def make_engine(cfg: DictConfig, state: Callable[[list[int]], np.ndarray] | None = None) -> tuple[Any, Any]:
+    """(engine, clock): vLLM on the model's checkpoint and the wall clock, or the fake engine on a virtual one.
+    When the readout reads the engine's prefill, vLLM captures layer `serve.predictor.layer` with prefix
+    caching on and KV blocks of `serve.predictor.kv_block_size` tokens (what a request's decode phase
+    re-prefills is the prompt's last, partial block); the fake engine's captured state is `state(prompt)`."""
     ec = cfg.serve.engine
+    in_engine = reads_engine_prefill(cfg)
     if ec.kind == "fake":
         clock = VirtualClock() if ec.fake_clock == "virtual" else WallClock()
         prof = get_profile(ec.fake_profile, {"max_batch": int(ec.max_num_seqs),
                                              "token_budget": int(ec.max_num_batched_tokens)})
-        return FakeEngine(prof, clock, max_model_len=int(ec.max_model_len)), clock
+        return FakeEngine(prof, clock, max_model_len=int(ec.max_model_len), state=state if in_engine else None), clock
     if ec.kind != "vllm":
         raise ConfigError(f"serve.engine.kind={ec.kind!r}; valid: vllm, fake")
     spec = instantiate(cfg.model)
+    args = dict(OmegaConf.to_container(ec.args, resolve=True) or {})
+    if in_engine:
+        args.setdefault("block_size", int(cfg.serve.predictor.kv_block_size))
     engine = VLLMEngine(checkpoint_dir(spec), dtype=str(ec.dtype), max_model_len=int(ec.max_model_len),
                         max_num_seqs=int(ec.max_num_seqs), max_num_batched_tokens=int(ec.max_num_batched_tokens),
                         seed=int(ec.seed), temperature=float(ec.temperature), top_p=float(ec.top_p),
-                        engine_args=dict(OmegaConf.to_container(ec.args, resolve=True) or {}))
+                        engine_args=args, capture_layer=int(cfg.serve.predictor.layer) if in_engine else None,
+                        prefix_caching=in_engine)
     return engine, WallClock()
 
 
@@ -139,8 +165,11 @@ def stored_predictions(path: str | Path, head: str, split: str) -> dict[str, flo
 
 
 def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, targets: pd.DataFrame,
-                      tokenizer: Any) -> Callable[[str], tuple[str, Any]]:
-    """`make(policy) -> (label, fresh predictor)`: policies without predictions get a `NoPredictor`."""
+                      tokenizer: Any, readout: tuple[CachedFeaturizer, Any] | None = None,
+                      engine: Any = None) -> Callable[[str], tuple[str, Any]]:
+    """`make(policy) -> (label, fresh predictor)`: policies without predictions get a `NoPredictor`.
+    `readout`: the (featurizer, warm-started RLS) pair when already built (`_rls_readout`); `engine`: the
+    engine whose captured prefill states an in-engine readout reads."""
     pc = cfg.serve.predictor
     kind = pc.kind
     if kind == "none" or "sjf" not in cfg.serve.policies:
@@ -155,7 +184,11 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
         raise ConfigError(f"serve.predictor.kind={kind!r}; valid: rls, stored, none")
     if pc.features not in ("live", "stored"):
         raise ConfigError(f"serve.predictor.features={pc.features!r}; valid: live, stored")
-    featurize, est = _rls_readout(cfg, pool, prompts, splits, targets, tokenizer)
+    featurize, est = readout or _rls_readout(cfg, pool, prompts, splits, targets, tokenizer)
+    if reads_engine_prefill(cfg):
+        label = rls_name(pc.forgetting) + "+engine"
+        capture = getattr(engine, "capture", None)
+        return lambda policy: (label, EngineReadout(est, name=label, capture=capture) if policy == "sjf" else NoPredictor())
     label = rls_name(pc.forgetting) + ("" if pc.features == "live" else "+stored")
     live = pc.features == "live"
     if live:
@@ -212,8 +245,11 @@ def run_serve(cfg: DictConfig, tracker: Any) -> Path:
     settings = settings_from_cfg(cfg)
     tokenizer = load_tokenizer(instantiate(cfg.model))
     pool, prompts, splits, targets = load_inputs(cfg, tokenizer)
-    make_predictor = predictor_factory(cfg, pool, prompts, splits, targets, tokenizer)
-    engine, clock = make_engine(cfg)
+    readout = None
+    if sc.predictor.kind == "rls" and "sjf" in sc.policies:
+        readout = _rls_readout(cfg, pool, prompts, splits, targets, tokenizer)
+    engine, clock = make_engine(cfg, state=readout[0] if readout else None)
+    make_predictor = predictor_factory(cfg, pool, prompts, splits, targets, tokenizer, readout=readout, engine=engine)
     fit = load_profile_fit(sc.profile_path) if sc.profile_path else None
     print(f"serve: {len(pool)} {sc.split} prompts, {settings.n_requests} requests per run, loads {settings.loads}, "
           f"repeats {settings.seeds}, policies {settings.policies}; engine {engine.name} (max_num_seqs "
