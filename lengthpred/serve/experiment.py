@@ -36,7 +36,7 @@ from lengthpred.serve.engine import Engine, EngineLimits
 from lengthpred.serve.fidelity import contention_factor, errors, sim_metrics, simulate_run, step_residuals
 from lengthpred.serve.metrics import SLO, blank_latencies, overloaded, real_run_metrics
 from lengthpred.serve.predictor import NoPredictor
-from lengthpred.serve.priority import by_sim_policy, get_policy
+from lengthpred.serve.priority import AGING_WEIGHT, by_sim_policy, get_policy
 from lengthpred.serve.profile_fit import ProfileFit, fit_profile
 from lengthpred.serve.replay import STEP_COLUMNS, RunLog, replay
 from lengthpred.serve.workload import PromptPool, draw_requests, make_requests, unit_arrivals
@@ -62,6 +62,7 @@ class ServeSettings:
     drift_bound: float = 0.05  # a run whose steps ran more than this fraction off the profile is flagged
     check: CheckBounds = field(default_factory=CheckBounds)  # is the calibration burst fit to trust?
     recheck_requests: int = 8  # the quick re-measure burst after the calibration (0: none)
+    aging_weight: float = AGING_WEIGHT  # the aging policies' weight (tokens² per second)
     sim: dict[str, Any] = field(default_factory=dict)
 
 
@@ -127,7 +128,7 @@ def _serve_one(engine: Engine, pool: PromptPool, s: ServeSettings, name: str, la
                picks: list, arrivals: np.ndarray, seed: int, load: float, cap: float, fit: ProfileFit,
                clock: Any) -> _Run:
     """One run: replay, metrics, overload check, and its simulation on the calibration profile."""
-    pol = get_policy(name)
+    pol = get_policy(name, s.aging_weight)
     reqs = make_requests(pool, picks, arrivals, tag=f"s{seed}-l{load:g}-{name}")
     horizon = float(arrivals[-1] + s.horizon_factor * s.n_requests / cap)
     try:
@@ -207,7 +208,7 @@ def _with_contention(done: list[_Run], s: ServeSettings, fit: ProfileFit) -> pd.
         others = [done[j].log.steps for j in live if j != i] or [done[i].log.steps]
         f = contention_factor(others, fit.profile, s.fit_skip)
         r = done[i]
-        r.sim_requests = simulate_run(r.log.requests, by_sim_policy(r.key["policy"]), fit.profile, s.sim, f)
+        r.sim_requests = simulate_run(r.log.requests, by_sim_policy(r.key["policy"], s.aging_weight), fit.profile, s.sim, f)
         sm = sim_metrics(r.sim_requests, s.slo)
         r.sim = blank_latencies(sm) if r.overload else sm
         r.sim["contention"] = f
@@ -242,7 +243,7 @@ def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit
         f_all = contention_factor(live, fit_all.profile, s.fit_skip) if live else 1.0
         fid_all = pd.DataFrame([
             {**r.key, **e} for r in done if not r.overload
-            for e in errors(r.real, sim_metrics(simulate_run(r.log.requests, by_sim_policy(r.key["policy"]),
+            for e in errors(r.real, sim_metrics(simulate_run(r.log.requests, by_sim_policy(r.key["policy"], s.aging_weight),
                                                              fit_all.profile, s.sim, f_all), s.slo))])
     resid = step_residuals(steps, fit.profile) if len(steps) else pd.DataFrame()
     return GridResult(runs, requests, steps, fid, fid_all, resid, fit, fit_all, cap, cal,
@@ -265,7 +266,7 @@ def resimulate(requests: pd.DataFrame, steps: pd.DataFrame, runs: pd.DataFrame, 
             raise DataError(f"no measured metrics for run {k} in the stored serve_runs")
         st = steps.loc[(steps[KEYS] == pd.Series(k)).all(axis=1), STEP_COLUMNS].reset_index(drop=True)
         reqs = r.drop(columns=[*KEYS, "sim_first_token", "sim_finish"], errors="ignore").reset_index(drop=True)
-        pol = by_sim_policy(k["policy"])
+        pol = by_sim_policy(k["policy"], s.aging_weight)
         simr = simulate_run(reqs, pol, fit.profile, s.sim)
         sm = sim_metrics(simr, s.slo)
         ov = None

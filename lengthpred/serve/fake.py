@@ -12,6 +12,7 @@ so far, P prompt tokens prefilled), spent on its clock, which is the simulator's
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lengthpred.sched.hardware import HardwareProfile
@@ -73,6 +74,11 @@ class FakeEngine:
         self._running = [r for r in self._running if r.rid not in done]
         info.n_waiting, info.n_running = len(self._waiting), len(self._running)
         return info
+
+    def reprioritize(self, key: Callable[[str], int]) -> None:
+        """Give every waiting request the priority `key(request id)` (an aging policy's key, re-set each step)."""
+        self._waiting = [(int(key(rid)), t, rid, r) for _, t, rid, r in self._waiting]
+        heapq.heapify(self._waiting)
 
     def has_unfinished(self) -> bool:
         return bool(self._waiting or self._running)

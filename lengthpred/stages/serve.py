@@ -32,7 +32,7 @@ from lengthpred.prompting import encode_prompt
 from lengthpred.sched.hardware import get_profile
 from lengthpred.sched.sources import read_prediction_files
 from lengthpred.sched.summary import gains, summarize_runs
-from lengthpred.serve import report, report_stats
+from lengthpred.serve import report, report_stats, starvation
 from lengthpred.serve.calibration_check import CheckBounds
 from lengthpred.serve.clock import VirtualClock, WallClock
 from lengthpred.serve.engine import EngineLimits
@@ -42,6 +42,7 @@ from lengthpred.serve.featurize import CachedFeaturizer, PrefillFeaturizer
 from lengthpred.serve.metrics import SLO
 from lengthpred.serve.paired import MIN_REPEATS, paired_gains
 from lengthpred.serve.predictor import NoPredictor, OnlineReadout, TablePredictor
+from lengthpred.serve.priority import AGING_WEIGHT, POLICIES
 from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict
 from lengthpred.serve.replay import RunLog
 from lengthpred.serve.vllm_engine import VLLMEngine
@@ -55,6 +56,11 @@ def slo_from_cfg(sc: DictConfig) -> SLO:
     return SLO(float(sc.slo.ttft_s), float(sc.slo.tpot_s), int(sc.slo.get("short_tokens", SLO.short_tokens)))
 
 
+def _predicting(policies: Any) -> list[str]:
+    """The serving policies among `policies` that order by a prediction."""
+    return [p for p in policies if p in POLICIES and POLICIES[p].needs_prediction]
+
+
 def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
     sc = cfg.serve
     trace = None
@@ -66,12 +72,17 @@ def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
         if "arrival" not in df.columns:
             raise DataError(f"{p}: no `arrival` column")
         trace = df["arrival"].astype(float).tolist()
-    bad = [p for p in sc.policies if p not in ("fcfs", "sjf", "oracle")]
+    bad = [p for p in sc.policies if p not in POLICIES]
     if bad:
-        raise ConfigError(f"serve.policies {bad}: valid are fcfs, sjf, oracle")
-    if "sjf" in sc.policies and sc.predictor.kind == "none":
-        raise ConfigError("serve.policies has sjf but serve.predictor.kind=none; choose rls or stored")
-    live = sc.predictor.kind == "rls" and sc.predictor.features == "live" and "sjf" in sc.policies
+        raise ConfigError(f"serve.policies {bad}: valid are {', '.join(POLICIES)}")
+    predicting = _predicting(sc.policies)
+    if predicting and sc.predictor.kind == "none":
+        raise ConfigError(f"serve.policies has {predicting[0]} but serve.predictor.kind=none; choose rls or stored")
+    aging = [p for p in sc.policies if POLICIES[p].ages]
+    if aging and sc.engine.kind == "vllm":
+        raise ConfigError(f"serve.policies {aging}: vLLM fixes a request's priority when it is added, so an aging "
+                          "policy runs on the fake engine and in the simulator only (serve.starvation)")
+    live = sc.predictor.kind == "rls" and sc.predictor.features == "live" and bool(predicting)
     if live and sc.engine.kind == "fake" and sc.engine.fake_clock != "wall":
         raise ConfigError("a live predictor runs on the wall clock: set serve.engine.fake_clock=wall with the fake engine")
     if not sc.loads or min(sc.loads) <= 0:
@@ -82,7 +93,7 @@ def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
         trace=trace, slo=slo_from_cfg(sc),
         calibration_requests=int(sc.calibration_requests), horizon_factor=float(sc.horizon_factor),
         fit_skip=int(sc.fit_skip), sim=dict(OmegaConf.to_container(sc.sim, resolve=True) or {}),
-        **checks_from_cfg(sc),
+        aging_weight=float(sc.get("aging_weight", AGING_WEIGHT)), **checks_from_cfg(sc),
     )
 
 
@@ -165,14 +176,14 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
     """`make(policy) -> (label, fresh predictor)`: policies without predictions get a `NoPredictor`."""
     pc = cfg.serve.predictor
     kind = pc.kind
-    if kind == "none" or "sjf" not in cfg.serve.policies:
+    if kind == "none" or not _predicting(cfg.serve.policies):
         return lambda policy: ("none", NoPredictor())
     if kind == "stored":
         values = stored_predictions(pc.predictions_path, pc.head, str(SplitName.indomain("*", cfg.serve.split)))
         missing = [i for i in pool.ids if i not in values]
         if missing:
             raise DataError(f"head {pc.head}: no stored prediction for {len(missing)} of {len(pool)} prompts")
-        return lambda policy: (pc.head, TablePredictor(values, pc.head) if policy == "sjf" else NoPredictor())
+        return lambda policy: (pc.head, TablePredictor(values, pc.head) if _predicting([policy]) else NoPredictor())
     if kind != "rls":
         raise ConfigError(f"serve.predictor.kind={kind!r}; valid: rls, stored, none")
     if pc.features not in ("live", "stored"):
@@ -188,7 +199,8 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
 
         def rows(req):
             return table[req.prompt_id]
-    return lambda policy: (label, OnlineReadout(rows, est, live=live, name=label) if policy == "sjf" else NoPredictor())
+    return lambda policy: (label, OnlineReadout(rows, est, live=live, name=label) if _predicting([policy])
+                            else NoPredictor())
 
 
 def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, targets: pd.DataFrame,
@@ -292,6 +304,10 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     paired = paired_gains(real, res.requests, settings.slo) if len(res.requests) else pd.DataFrame()
     paired.to_csv(out / "serve_paired.csv", index=False)
     res.drift.to_csv(out / "serve_drift.csv", index=False)
+    weights = [float(w) for w in (sc.get("starvation") or {}).get("weights", [])]
+    starv = starvation.compare(res.requests, res.fit.profile, starvation.starvation_policies(weights), settings.sim,
+                               settings.slo) if len(res.requests) and weights else pd.DataFrame()
+    starv.to_csv(out / "serve_starvation.csv", index=False)
     if res.check is not None:
         (out / "calibration_check.json").write_text(json.dumps(res.check.to_dict(), indent=1))
     res.fidelity.to_csv(out / "serve_fidelity.csv", index=False)
@@ -321,6 +337,10 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
           f"{report_stats.latency_table(real)}\n\n{report_stats.per_token_table(real, settings.slo)}")
     print(f"\n**Paired gains over FCFS ({n_rep} repeats; exact sign-flip test over repeats; an interval needs >= "
           f"{MIN_REPEATS})**\n\n{report_stats.paired_table(paired)}")
+    if len(starv):
+        print(f"\n**Starvation: every policy on the same workloads in the simulator ({res.fit.profile.name}; the "
+              f"predictions the live predictor made; no predictor cost), means over {n_rep} repeats**\n\n"
+              f"{starvation.table(starv)}")
     if res.check is not None:
         print(f"\n{res.check.reason}")
     print(f"\n**Simulator ({res.fit.profile.name}) vs real**\n\n{ftable}")
