@@ -177,3 +177,28 @@ def test_grid_reports_per_run_fidelity_drift_and_the_bench_tables():
     assert set(pg["policy"]) == {"sjf", "oracle-sjf"} and (pg["n"] == 2).all()
     assert (pg["interval"] == "2 repeats: too few for an interval").all()
     assert (pg["loo_low"] <= pg["gain"] + 1e-12).all() and (pg["gain"] <= pg["loo_high"] + 1e-12).all()
+
+
+def test_the_named_vllm_profile_is_the_committed_calibration():
+    import json
+
+    from lengthpred.paths import REPO_ROOT
+    from lengthpred.sched.hardware import get_profile
+
+    stored = json.loads((REPO_ROOT / "data/reference/smollm2-135m/serve_demo/profile.json").read_text())["profile"]
+    prof = get_profile("cpu-smollm2-135m-vllm").to_dict()
+    for k in ("t_base", "t_seq", "t_ctx", "t_prefill_token", "max_batch", "token_budget", "kv_blocks", "block_size"):
+        assert prof[k] == stored[k], k
+
+
+def test_the_load_sweep_figure_is_written(tmp_path):
+    from lengthpred.sched.sweep_plots import plot_gain_and_starvation
+
+    rows, gains = [], []
+    for load in (0.5, 0.8, 1.0):
+        for pol, pred in (("fcfs", "none"), ("sjf", "linear"), ("oracle-sjf", "clairvoyant")):
+            rows += [(pol, pred, load, m, v * load) for m, v in (("jct_p99", 30.0), ("max_wait", 12.0))]
+            gains.append((pol, pred, load, "gain_vs_fcfs", 0.0 if pol == "fcfs" else 0.3 * load, 0.1, 0.5, 10))
+    summary = pd.DataFrame(rows, columns=["policy", "predictor", "load", "metric", "value"])
+    g = pd.DataFrame(gains, columns=["policy", "predictor", "load", "metric", "value", "ci_low", "ci_high", "n"])
+    assert plot_gain_and_starvation(summary, g, tmp_path / "g.png").stat().st_size > 10_000
