@@ -135,8 +135,14 @@ def test_a_quiet_calibration_passes_and_a_busy_one_is_flagged_in_one_line():
     chk = check_calibration(busy, FakeEngine(PROF, VirtualClock()).limits, skip=0)
     assert not chk.ok and "\n" not in chk.reason and "looks busy" in chk.reason
     assert "R² 0.18 < 0.6" in chk.reason and "of steps over 1.5x their modelled time" in chk.reason
-    # the robust fit is dragged less than NNLS by the slow steps
-    assert abs(chk.robust.profile.t_base - PROF.t_base) < abs(chk.fit.profile.t_base - PROF.t_base)
+    # one stalled step (5 s) drags the NNLS fit, not the robust one
+    stall = quiet.copy()
+    stall.loc[len(stall) // 2:, ["t_start", "t_end"]] += 5.0
+    stall.loc[len(stall) // 2, "t_start"] -= 5.0
+    chk = check_calibration(stall, FakeEngine(PROF, VirtualClock()).limits, skip=0)
+    for k in ("t_seq", "t_prefill_token"):
+        assert getattr(chk.robust.profile, k) == pytest.approx(getattr(PROF, k), rel=0.05), k
+    assert abs(chk.fit.profile.t_seq / PROF.t_seq - 1) > 0.2
     # a quiet burst whose re-measure runs 20% slower is flagged too
     chk = check_calibration(quiet, FakeEngine(PROF, VirtualClock()).limits, skip=0,
                             recheck=_retime(_burst(8, 5), np.full(len(_burst(8, 5)), 1.2)))

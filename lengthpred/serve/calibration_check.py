@@ -3,7 +3,8 @@ that misses real runs by 13-40%, and a plain fit says nothing (README "Serving",
 busy machine").
 
 `check_calibration` fits the burst's steps twice (NNLS, and the robust Huber fit of
-`lengthpred.serve.profile_fit` that the simulator then uses) and checks four things against `CheckBounds`:
+`lengthpred.serve.profile_fit` that the simulator then uses: a stalled step cannot drag it) and checks four
+things against `CheckBounds`:
 - fit quality: the NNLS fit's R² (0.83 on the quiet committed burst; 0.25 on a busy one);
 - spread: the robust spread (1.4826 × MAD) of measured / modelled step time around the robust fit (3.8% on
   the quiet burst): contention makes single steps slow at random;

@@ -28,8 +28,9 @@ def _cell(v: float, lo: float = math.nan, hi: float = math.nan, nd: int = 3) -> 
     return txt
 
 
-def results_table(summary: pd.DataFrame, hardware: str) -> str:
-    """Markdown: one row per (load, policy, predictor) of the real runs; means over repeats [95% CI]."""
+def results_table(summary: pd.DataFrame, hardware: str, min_repeats: int = 0) -> str:
+    """Markdown: one row per (load, policy, predictor) of the real runs; means over repeats [95% CI], the
+    interval only from `min_repeats` repeats."""
     s = summary[summary["hardware"] == hardware]
     head = ["load", "policy", "predictor", *(c[1] for c in RESULT_COLUMNS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -43,7 +44,7 @@ def results_table(summary: pd.DataFrame, hardware: str) -> str:
         for m, _, nd in RESULT_COLUMNS:
             if m in by.index:
                 r = by.loc[m]
-                ci = m == "per_token_latency_mean"
+                ci = m == "per_token_latency_mean" and r.get("n", min_repeats) >= min_repeats
                 cells.append(_cell(r["value"], r["ci_low"] if ci else math.nan, r["ci_high"] if ci else math.nan, nd))
             else:
                 cells.append("—")

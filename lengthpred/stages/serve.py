@@ -297,6 +297,8 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     summary.insert(0, "experiment", cfg.experiment_name)
     real = runs[runs["hardware"] == engine_name].drop(columns="experiment")
     gain = gains(real)
+    few = gain["n"] < MIN_REPEATS  # a bootstrap over fewer repeats says little: no interval (serve_paired.csv)
+    gain[["ci_low", "ci_high"]] = gain[["ci_low", "ci_high"]].astype(object).where(~few, np.nan)
     fsum, fsum_all = fidelity_summary(res.fidelity), fidelity_summary(res.fidelity_all)
     runs.to_csv(out / "serve_runs.csv", index=False)
     summary.to_csv(out / "serve_results.csv", index=False)
@@ -325,14 +327,16 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
         "engine": engine_name, "limits": asdict(limits), "capacity_req_s": res.capacity,
         "profile": res.fit.to_dict(), "profile_all_runs": res.fit_all.to_dict() if res.fit_all else None,
         "overload": res.overload, "config": OmegaConf.to_container(stored, resolve=True)}, indent=1, default=str))
-    table, ftable = report.results_table(summary, engine_name), report.fidelity_table(fsum, settings.drift_bound)
+    table = report.results_table(summary, engine_name, MIN_REPEATS)
+    ftable = report.fidelity_table(fsum, settings.drift_bound)
     if sc.plots and not res.requests.empty:
         report.plot_latency_cdf(res.requests, out / "serve_latency_cdf.png")
         report.plot_queue(res.steps, out / "serve_queue.png")
         tracker.log_image("serve_latency_cdf", out / "serve_latency_cdf.png")
     tracker.log_table("serve_fidelity", list(fsum.columns), fsum.values.tolist())
-    print(f"\n**Real engine ({engine_name}), means over {len(settings.seeds)} repeats [95% CI]**\n\n{table}")
     n_rep = len(settings.seeds)
+    ci = "[95% CI]" if n_rep >= MIN_REPEATS else f"({n_rep} repeats: too few for an interval)"
+    print(f"\n**Real engine ({engine_name}), means over {n_rep} repeats {ci}**\n\n{table}")
     print(f"\n**Latencies (s), means over {n_rep} repeats of each run's statistic**\n\n"
           f"{report_stats.latency_table(real)}\n\n{report_stats.per_token_table(real, settings.slo)}")
     print(f"\n**Paired gains over FCFS ({n_rep} repeats; exact sign-flip test over repeats; an interval needs >= "
@@ -343,6 +347,11 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
               f"{starvation.table(starv)}")
     if res.check is not None:
         print(f"\n{res.check.reason}")
+    off = res.drift[res.drift["drifting"]] if len(res.drift) else res.drift
+    if len(off):
+        print(f"\nruns whose steps drifted more than ±{100 * settings.drift_bound:g}% from the profile (measured / "
+              "modelled step time): " + "; ".join(f"seed {r.seed} load {r.load:g} {r.policy} {r.drift:.3f}"
+                                                for r in off.itertuples()))
     print(f"\n**Simulator ({res.fit.profile.name}) vs real**\n\n{ftable}")
     if len(fsum_all):
         worst = fsum_all[fsum_all["metric"].isin([c[0] for c in report.FID_COLUMNS])]["max_abs_err"].max()
