@@ -9,7 +9,7 @@ import pytest
 
 from lengthpred.errors import ConfigError
 from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.policies import make_policy
+from lengthpred.sched.policies import AGING_WEIGHT, make_policy
 from lengthpred.sched.simulator import simulate
 from lengthpred.sched.workload import Workload
 from lengthpred.serve.clock import VirtualClock
@@ -66,7 +66,7 @@ def test_the_replay_ages_priorities_on_the_engine_as_the_simulator_does():
         assert run.requests.sort_values("first_token")["rid"].tolist() == order
         sim = simulate_run(run.requests, pol, ONE)
         np.testing.assert_allclose(sim["finish"], run.requests["finish"], rtol=1e-9)
-    assert get_policy("oracle-aging").aged_priority(None, 100, 6.99) == round(100 - 1000 * 6.99 / 100)
+    assert get_policy("oracle-aging").aged_priority(None, 100, 6.99) == round(100 - AGING_WEIGHT * 6.99 / 100)
 
 
 def test_aging_policies_are_refused_on_vllm():

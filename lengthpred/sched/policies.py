@@ -32,6 +32,7 @@ from lengthpred.sched.spec_acceptance import early_estimates
 
 POLICIES: Registry[Any] = Registry("policy")
 _LEVEL = 1e9  # separates MLFQ levels in a float key (arrival times stay far below it)
+AGING_WEIGHT = 300.0  # sjf-aging's weight, tokens² per second (conf/sched/default.yaml says how it was chosen)
 
 
 @dataclass
@@ -226,7 +227,7 @@ class AgingSJF(SJF):
     name = "sjf-aging"
     ages = True
 
-    def __init__(self, *, weight: float = 1000.0, oracle: bool = False) -> None:
+    def __init__(self, *, weight: float = AGING_WEIGHT, oracle: bool = False) -> None:
         if weight < 0:
             raise ConfigError(f"sjf-aging weight={weight} must be >= 0")
         super().__init__(oracle=oracle)

@@ -12,6 +12,7 @@ import pandas as pd
 from lengthpred.sched.pool import CLAIRVOYANT, MEAN_ORACLE, NO_PREDICTOR, RANDOM
 
 ORACLES = (NO_PREDICTOR, CLAIRVOYANT, MEAN_ORACLE, RANDOM)
+GAIN_FLOOR = -40.0  # %: the gain panel's lower limit
 
 
 def plot_gain_and_starvation(summary: pd.DataFrame, gains: pd.DataFrame, path: str | Path,
@@ -47,6 +48,12 @@ def plot_gain_and_starvation(summary: pd.DataFrame, gains: pd.DataFrame, path: s
             axes[0].fill_between(s["load"], lo, hi, color=colour[key[0]], alpha=0.08)
     axes[0].axhline(0, color="k", lw=0.8)
     axes[0].set_ylabel("gain in mean per-token latency over FCFS (%)")
+    low = sorted({f"{p} / {q}" for p, q, v in zip(g["policy"], g["predictor"], g["value"], strict=True)
+                  if (p, q) in lines and float(v) * 100 < GAIN_FLOOR})
+    if low:  # one policy's collapse would squash every other line: cut the axis and say whose points are off it
+        axes[0].set_ylim(bottom=GAIN_FLOOR)
+        axes[0].text(0.02, 0.02, f"below {GAIN_FLOOR:g}% (cut): " + ", ".join(low), transform=axes[0].transAxes,
+                     fontsize=7, va="bottom")
     for ax, metric, label in ((axes[1], "jct_p99", "p99 end-to-end latency (s)"),
                               (axes[2], "max_wait", "longest wait for admission (s)")):
         sub = summary[summary["metric"] == metric]

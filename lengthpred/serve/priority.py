@@ -22,10 +22,10 @@ import math
 from dataclasses import dataclass, replace
 
 from lengthpred.errors import ConfigError
+from lengthpred.sched.policies import AGING_WEIGHT
 from lengthpred.sched.pool import CLAIRVOYANT, NO_PREDICTOR
 
 MAX_PRIORITY = 2**31 - 1
-AGING_WEIGHT = 1000.0  # tokens² per second: the aging policies' default (conf/serve: aging_weight)
 
 
 @dataclass(frozen=True)
