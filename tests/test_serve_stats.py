@@ -208,3 +208,26 @@ def test_the_load_sweep_figure_is_written(tmp_path):
     summary = pd.DataFrame(rows, columns=["policy", "predictor", "load", "metric", "value"])
     g = pd.DataFrame(gains, columns=["policy", "predictor", "load", "metric", "value", "ci_low", "ci_high", "n"])
     assert plot_gain_and_starvation(summary, g, tmp_path / "g.png").stat().st_size > 10_000
+
+
+@pytest.mark.integration
+def test_the_committed_runs_read_with_the_new_statistics():
+    """The README's serving numbers, from the committed runs (no engine)."""
+    from lengthpred.paths import REPO_ROOT
+    from lengthpred.stages.serve import resimulated
+
+    run = REPO_ROOT / "data/reference/smollm2-135m/serve_demo"
+    if not (run / "serve.json").is_file():
+        pytest.skip("the committed real-engine runs are missing")
+    res, s, name, _ = resimulated(run)
+    assert res.check is not None and res.check.ok and res.check.r2 == pytest.approx(0.834, abs=1e-3)
+    live = res.drift[res.drift["policy"] == "sjf"]
+    assert live["drifting"].all() and not res.drift[res.drift["policy"] != "sjf"]["drifting"].any()
+    real = res.runs[res.runs["hardware"] == name]
+    pg = paired_gains(real, res.requests, s.slo).set_index(["load", "policy", "metric"])
+    o = pg.loc[(0.95, "oracle-sjf", "per_token_latency_mean")]
+    assert o["gain"] == pytest.approx(0.596, abs=1e-3) and o["p_value"] == pytest.approx(0.25)
+    assert o["loo_low"] == pytest.approx(0.247, abs=1e-3) and o["interval"] == "3 repeats: too few for an interval"
+    assert abs(pg.loc[(0.95, "oracle-sjf", "per_token_latency_p50"), "gain"]) < 0.03  # the median barely moves
+    short = real[(real["metric"] == "n_short")].groupby(["load", "policy"])["value"].sum()
+    assert (short == 6).all()
