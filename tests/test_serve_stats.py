@@ -49,6 +49,7 @@ def test_sign_flip_test_is_exact_over_repeats():
     assert sign_flip_p(np.arange(1.0, 11.0)) == pytest.approx(2 / 1024)
     assert sign_flip_p(np.array([1.0, -1.0, 2.0, -2.0])) == pytest.approx(1.0)
     assert math.isnan(sign_flip_p(np.array([np.nan])))
+    assert sign_flip_p(np.array([0.3])) == 1.0  # one repeat shows nothing
 
 
 def test_an_interval_needs_ten_repeats_and_says_so_otherwise():

@@ -44,7 +44,7 @@ def sign_flip_p(d: np.ndarray) -> float:
     d = d[np.isfinite(d)]
     if len(d) == 0:
         return math.nan
-    if not np.any(d):
+    if len(d) < 2 or not np.any(d):  # one pair: both signs give the same |mean|, p = 1
         return 1.0
     n_res = np.inf if len(d) <= 20 else 100_000  # exact up to 2^20 sign patterns
     res = stats.permutation_test((d,), lambda x, axis: np.mean(x, axis=axis), vectorized=True,
