@@ -150,6 +150,7 @@ def simulate(
     swap = preemption == "swap"
     preemptive, tick = policy.preemptive, policy.tick
     wkey = policy.waiting_key
+    ages, key_at = policy.ages, policy.waiting_key_at
     on_complete = None if static else predictor.on_complete
     predict = None if static else predictor.predict
 
@@ -237,7 +238,10 @@ def simulate(
         # KV memory for the next step: preempt the worst running requests until it fits
         while B > 1 and (S + R * (G + 1)) / bs + B > M:
             preempt(worst(G, t)[1])
-        # admission (and preemption for preemptive policies)
+        # admission (and preemption for preemptive policies); keys that age at rates of their own are renewed
+        if ages and len(waiting) > 1:
+            waiting[:] = [(key_at(j, t) + aging * arr[j], s_, j) for _, s_, j in waiting]
+            heapq.heapify(waiting)
         prefill = 0
         while waiting:
             k, _, i = waiting[0]

@@ -5,6 +5,8 @@ request id: vLLM's `scheduling_policy="priority"` order) and advances by `step()
 `StepInfo`: the tokens each request produced and which finished, plus what the scheduler ran in that step
 (the inputs of the step-time fit, `lengthpred.serve.profile_fit`) and the queue it left behind.
 Two engines implement it: `VLLMEngine` (vLLM in-process) and `FakeEngine` (known step times, for tests).
+An engine may also offer `reprioritize(key)`, re-setting its waiting requests' priorities (`key(request id)`)
+for the aging policies; the fake engine does, vLLM (which fixes a priority at `add`) does not here.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ added with `capture=True` reports `fake_state(prompt)` as its prompt's hidden st
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,6 +120,11 @@ class FakeEngine:
 
     def set_priority(self, rid: str, priority: int) -> None:
         pass  # no memory pressure here: a running request's priority never matters
+
+    def reprioritize(self, key: Callable[[str], int]) -> None:
+        """Give every waiting request the priority `key(request id)` (an aging policy's key, re-set each step)."""
+        self._waiting = [(int(key(rid)), t, rid, r) for _, t, rid, r in self._waiting]
+        heapq.heapify(self._waiting)
 
     def has_unfinished(self) -> bool:
         return bool(self._waiting or self._running)

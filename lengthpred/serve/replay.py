@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lengthpred.errors import ModelError
+from lengthpred.errors import ConfigError, ModelError
 from lengthpred.serve.engine import Engine, RequestRejected
 from lengthpred.serve.priority import ServePolicy
 from lengthpred.serve.workload import ServeRequest
@@ -105,6 +105,8 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
             hit = True
             break
         if engine.has_unfinished():
+            if policy.ages:  # priorities that fall as requests wait: re-set before the engine schedules
+                _age(engine, policy, rec, by_id, clock.now() - t0)
             ts = clock.now()
             info = engine.step()
             te = clock.now()
@@ -213,6 +215,18 @@ class _TwoPhase:
             except RequestRejected as e:
                 r["status"], r["reason"] = "rejected", str(e)
         self.pending = []
+
+
+def _age(engine: Engine, policy: ServePolicy, rec: dict[str, dict], by_id: dict[str, ServeRequest], now: float) -> None:
+    """Re-set the priorities of the requests waiting in the engine to the aging policy's key at `now`."""
+    if not hasattr(engine, "reprioritize"):
+        raise ConfigError(f"policy {policy.name}: engine {engine.name} cannot change a waiting request's priority")
+
+    def key(rid: str) -> int:
+        q = by_id[rid]
+        return policy.aged_priority(rec[rid]["prediction"], q.length, now - q.arrival)
+
+    engine.reprioritize(key)
 
 
 def queue_series(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
