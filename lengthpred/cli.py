@@ -1,21 +1,27 @@
 """Glue for the thin Hydra entry points in `scripts/`: resolvers and the heads' constructor defaults
-(registered on import, before any config is composed), one-line errors (and `parse_shard`, from
-`lengthpred.stages.shards`)."""
+(registered on import, before any config is composed), one-line errors, the checks every script makes
+before any work (its config's values, a fresh run folder), and `parse_shard` (from `lengthpred.stages.shards`)."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
+import multiprocessing
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from lengthpred.errors import LengthpredError
+from lengthpred.errors import ConfigError, LengthpredError
 from lengthpred.paths import REPO_ROOT, default_datasets_root
 from lengthpred.stages.heads import register_head_params
 from lengthpred.stages.shards import parse_shard
+from lengthpred.stages.validate import validate
 
 log = logging.getLogger("lengthpred")
 __all__ = ["parse_shard", "register_resolvers", "stage"]
@@ -29,16 +35,48 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("lp.datasets_root", lambda: str(default_datasets_root()))
 
 
+def set_run_id() -> None:
+    """`LP_RUN_ID`, which conf/hydra/default.yaml puts after the time in run folder names (`${oc.env:LP_RUN_ID}`),
+    so two runs started in the same second never share a folder: this process's id (with the scheduler's job
+    id when there is one). A launcher's worker (joblib) keeps its parent's, so a multirun's jobs agree on
+    their sweep folder."""
+    if multiprocessing.parent_process() is None:
+        job = os.environ.get("SLURM_JOB_ID") or os.environ.get("PBS_JOBID")
+        os.environ["LP_RUN_ID"] = f"{job}-{os.getpid()}" if job else str(os.getpid())
+
+
 register_resolvers()
+set_run_id()
 register_head_params()  # conf/head/*.yaml start from each head constructor's keywords and defaults
 
 
+# what Hydra writes into a run folder before the script's body runs
+HYDRA_OWN = (".hydra",)
+
+
+def check_fresh_run_dir(run_dir: Path) -> None:
+    """Refuse a run folder that already holds another run's files (results would mix and its provenance would
+    be wrong): only Hydra's own `.hydra/` and the job's log may be there."""
+    if not run_dir.is_dir():
+        return
+    others = sorted(p.name for p in run_dir.iterdir() if p.name not in HYDRA_OWN and p.suffix != ".log")
+    if others:
+        raise ConfigError(f"run folder {run_dir} already holds another run's files ({', '.join(others[:4])}"
+                          f"{', …' if len(others) > 4 else ''}): give this run its own hydra.run.dir, or empty "
+                          "that folder")
+
+
 def stage(fn: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
-    """Wrap a script's main: a LengthpredError becomes one line on stderr and exit code 2."""
+    """Wrap a script's main: the config is checked (`lengthpred.stages.validate`) and the run folder must be
+    fresh before any work; a LengthpredError becomes one line on stderr and exit code 2."""
+    script = Path(inspect.getfile(fn)).stem
 
     @functools.wraps(fn)
     def wrapper(cfg: DictConfig) -> Any:
         try:
+            validate(cfg, script)
+            if HydraConfig.initialized():
+                check_fresh_run_dir(Path(HydraConfig.get().runtime.output_dir))
             return fn(cfg)
         except LengthpredError as e:
             print(f"error: {e}", file=sys.stderr)

@@ -1,15 +1,22 @@
 """Run stages in order with a progress line each, skipping a stage whose inputs and config are unchanged.
 
-A stage's output folder holds `_stage.json` with the hash of what it was built from; a rerun with the
-same hash costs nothing, a crash mid-stage leaves no marker so the stage runs again (stages are
-themselves resumable where they are long). `run_pipeline` is scripts/demo.py's body: every stage's script
-(`stage_commands`) as a subprocess, cached this way, then the headline tables.
+A stage's output folder holds `_stage.json` with the hash of what it was built from and what it wrote: the
+files of its folder and the outputs it declared elsewhere (`lengthpred.stages.outputs`: the prepared
+prompts, a feature store, the model cache), with their content digests. A rerun with the same hash and
+every output still there, unchanged, costs nothing; a missing or changed output reruns the stage (saying
+which), and a stage's hash includes the digests of every earlier stage's outputs, so a changed input
+reruns what reads it. A
+crash mid-stage leaves no marker so the stage runs again (stages are themselves resumable where they are
+long), and a stage reruns in an emptied folder, so no file of its previous run mixes with the new ones.
+`run_pipeline` is scripts/demo.py's body: every stage's script (`stage_commands`) as a subprocess, cached
+this way, then the headline tables.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -21,9 +28,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import LengthpredError
 from lengthpred.eval.inputs import read_sched
+from lengthpred.integrity import atomic_write_text, tree_digest
 from lengthpred.paths import REPO_ROOT, default_datasets_root
 from lengthpred.sched.summary import short_t5
 from lengthpred.stages.locations import experiment_dir
+from lengthpred.stages.outputs import OUTPUTS, read_outputs
 
 MARKER = "_stage.json"
 
@@ -34,22 +43,84 @@ def config_hash(*parts: Any) -> str:
     return hashlib.sha1(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def _read_marker(marker: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _run_files(out_dir: Path) -> list[str]:
+    """The files a stage's run left in its folder (Hydra's own and the logs left out)."""
+    return sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*")
+                  if p.is_file() and p.name not in (MARKER, OUTPUTS) and ".hydra" not in p.parts
+                  and p.suffix != ".log")
+
+
+def _missing(out_dir: Path, done: dict[str, Any]) -> list[str]:
+    return ([p for p in done.get("outputs", {}) if not Path(p).exists()]
+            + [str(out_dir / f) for f in done.get("files", []) if not (out_dir / f).exists()])
+
+
+def outputs_digests(out_dir: Path) -> dict[str, str | None]:
+    """Content digests of what a finished stage wrote: its folder's files (`files`) and each declared output
+    (parts with stored checksums enter by them; None: gone)."""
+    digests = {"files": tree_digest(out_dir, skip=(MARKER, OUTPUTS, ".hydra"), use_checksums=True)
+               if out_dir.is_dir() else None}
+    for p in read_outputs(out_dir):
+        digests[p] = tree_digest(p, use_checksums=True) if Path(p).exists() else None
+    return digests
+
+
+def outputs_digest(out_dir: Path) -> str:
+    """One fingerprint of `outputs_digests`: what the stages after this one read."""
+    return config_hash(outputs_digests(out_dir))
+
+
+def _why_rerun(out_dir: Path, done: dict[str, Any]) -> str | None:
+    """Why a finished stage with the right key must run again: an output gone or changed since (None: it
+    need not)."""
+    gone = _missing(out_dir, done)
+    if gone:
+        return f"output {gone[0]} is missing"
+    if "digests" not in done:
+        return None
+    now = outputs_digests(out_dir)
+    changed = [k for k in done["digests"] if now.get(k) != done["digests"][k]]
+    if changed:
+        where = f"files in {out_dir}" if changed[0] == "files" else changed[0]
+        return f"{where} changed since it ran"
+    return None
+
+
 def run_stage(name: str, out_dir: Path, key: str, fn: Callable[[Path], Any], *, force: bool = False) -> bool:
-    """Run `fn(out_dir)` unless `out_dir` already holds a finished run with the same key.
+    """Run `fn(out_dir)` unless `out_dir` already holds a finished run with the same key whose outputs are all
+    still there, unchanged; a rerun starts from an emptied `out_dir`. The marker records the outputs and
+    their digests (`outputs_digests`).
 
     Returns True when the stage ran, False when it was cached.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     marker = out_dir / MARKER
-    if not force and marker.is_file() and json.loads(marker.read_text()).get("key") == key:
-        print(f"[{name}] cached → {out_dir}", flush=True)
-        return False
-    marker.unlink(missing_ok=True)
+    done = _read_marker(marker)
+    if not force and done is not None and done.get("key") == key:
+        why = _why_rerun(out_dir, done)
+        if why is None:
+            print(f"[{name}] cached → {out_dir}", flush=True)
+            return False
+        print(f"[{name}] {why}: rerunning", flush=True)
+    for old in out_dir.iterdir():  # the previous run's files: none may mix with this run's
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
     print(f"[{name}] running …", flush=True)
     t0 = time.perf_counter()
     fn(out_dir)
     dt = time.perf_counter() - t0
-    marker.write_text(json.dumps({"key": key, "seconds": round(dt, 1), "finished": time.time()}))
+    atomic_write_text(marker, json.dumps({"key": key, "seconds": round(dt, 1), "finished": time.time(),
+                                          "outputs": read_outputs(out_dir), "files": _run_files(out_dir),
+                                          "digests": outputs_digests(out_dir)}))
     print(f"[{name}] done in {dt:.0f} s → {out_dir}", flush=True)
     return True
 
@@ -115,7 +186,7 @@ def run_pipeline(cfg: DictConfig, overrides: list[str]) -> None:
     headline tables."""
     exp_dir = experiment_dir(cfg)
     user = [o for o in overrides if not o.startswith("pipeline.")]
-    key = source_hash(REPO_ROOT, user)
+    key = source_hash(REPO_ROOT, user)  # then, stage by stage, what the earlier stages wrote
     skip = set(cfg.pipeline.skip or [])
     for name, (script, *args) in stage_commands(cfg):
         if name in skip:
@@ -131,6 +202,7 @@ def run_pipeline(cfg: DictConfig, overrides: list[str]) -> None:
                 raise LengthpredError(f"stage {name} failed (exit {r.returncode}): {' '.join(cmd[1:])}")
 
         run_stage(name, out, key, run, force=bool(cfg.pipeline.force))
+        key = config_hash(key, (_read_marker(out / MARKER) or {}).get("digests"))  # as checked or written
     print_summary(Path(cfg.eval.tables_dir), cfg.pipeline.print_tables, exp_dir / "simulate")
     print(f"\nAll stages done. Tables and plots: {exp_dir / 'tables'}; runs: {exp_dir}; W&B offline: "
           f"{cfg.paths.outputs_dir}/wandb")

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.integrity import temp_path
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ def write_reference(rows: pd.DataFrame, path: Path, meta: Mapping[str, Any]) -> 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     df = rows.sort_values(["id", "sample"])[list(REFERENCE_COLUMNS)]
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temp_path(path)  # this writer's own
     with tmp.open("w") as f:
         f.write(json.dumps({"meta": dict(meta)}, sort_keys=True) + "\n")
         for r in df.itertuples(index=False):
@@ -150,18 +151,37 @@ def write_reference(rows: pd.DataFrame, path: Path, meta: Mapping[str, Any]) -> 
 
 
 def read_reference(path: Path) -> tuple[pd.DataFrame, dict]:
-    """(rows, meta) of a reference trace file."""
+    """(rows, meta) of a reference trace file; a line that is not JSON (a partial last line) or a length that
+    is not a finite non-negative number (a boolean, Infinity) stops with file:line and field."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"no reference trace at {path}; generate one with scripts/generate.py generate=reference")
     lines = path.read_text().splitlines()
-    if not lines or "meta" not in json.loads(lines[0]):
+    parsed = [(n, _reference_line(path, n, line)) for n, line in enumerate(lines, start=1) if line.strip()]
+    if not parsed or "meta" not in parsed[0][1]:
         raise DataError(f"{path}: first line must be {{\"meta\": ...}}")
-    meta = json.loads(lines[0])["meta"]
-    rows = pd.DataFrame([json.loads(line) for line in lines[1:] if line.strip()])
+    meta = parsed[0][1]["meta"]
+    for n, row in parsed[1:]:
+        for key in ("length", "prompt_tokens"):
+            v = row.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v)
+                                  or v < 0):
+                raise DataError(f"{path}:{n}: field {key!r}={v!r} is not a finite non-negative number")
+    rows = pd.DataFrame([row for _, row in parsed[1:]])
     if meta.get("n_rows") is not None and len(rows) != meta["n_rows"]:
         raise DataError(f"{path}: {len(rows)} rows but its meta says {meta['n_rows']} (truncated trace?)")
     return rows, meta
+
+
+def _reference_line(path: Path, n: int, line: str) -> dict:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{n}: not a JSON line ({e.msg}; a partial last line? regenerate or restore "
+                        "the file, e.g. `git checkout` it)") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
+    return row
 
 
 def reference_samples(path: Path) -> dict[str, list[int]]:

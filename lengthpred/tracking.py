@@ -10,6 +10,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from lengthpred.stages.validate import logger_mode
+
 log = logging.getLogger(__name__)
 
 
@@ -42,9 +44,10 @@ class Tracker:
 
 @contextlib.contextmanager
 def tracked(cfg: DictConfig, stage: str) -> Iterator[Tracker]:
-    """A W&B run for one stage, grouped by experiment; always finished, so a crash never breaks a multirun."""
+    """A W&B run for one stage, grouped by experiment; always finished, so a crash never breaks a multirun.
+    `WANDB_MODE` (W&B's own variable) overrides `logger.mode` unless that is `disabled`."""
     lcfg = cfg.get("logger") or {}
-    mode = lcfg.get("mode", "disabled")  # no logger group (a config built by hand): no tracking
+    mode = logger_mode(lcfg)  # no logger group (a config built by hand): no tracking
     if mode == "disabled":
         yield Tracker(None)
         return

@@ -12,6 +12,8 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.models.serving import load_causal_lm
+from lengthpred.paths import resolve
+from lengthpred.stages.outputs import declare_outputs
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -19,6 +21,8 @@ from lengthpred.models.serving import load_causal_lm
 def main(cfg: DictConfig) -> None:
     spec = instantiate(cfg.model)
     model, tok = load_causal_lm(spec)
+    if spec.cache_dir:
+        declare_outputs(cfg, resolve(spec.cache_dir))
     n = sum(p.numel() for p in model.parameters())
     print(
         f"{spec.name}: {model.config.num_hidden_layers} layers, d={model.config.hidden_size}, "

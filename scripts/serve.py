@@ -12,7 +12,10 @@ and simulated), serve_results.csv (means over repeats with 95% CIs), serve_gains
 serve_fidelity.csv + fidelity_summary.csv (simulated vs real on the calibration profile),
 fidelity_in_sample_summary.csv (on a profile refitted on every run), step_residuals.csv (step-time model vs
 measured per regime), serve_requests.parquet, serve_steps.parquet, calibration_steps.parquet, profile.json,
-serve.json, serve_latency_cdf.png, serve_queue.png; prints the tables.
+serve.json, serve_latency_cdf.png, serve_queue.png, serve_paired.csv (paired gains over FCFS: exact sign-flip
+p over repeats, an interval only with >= 10 repeats, the leave-one-request-out range), serve_drift.csv (each
+run's step-time drift from the profile), serve_starvation.csv (every stored workload under FCFS, SJF and SJF
+with aging in the simulator), calibration_check.json; prints the tables.
 The stage: lengthpred/stages/serve.py.
 """
 

@@ -7,15 +7,13 @@ import hashlib
 import pytest
 
 from lengthpred.data.build import build_from_sources
-from lengthpred.paths import default_datasets_root
 from tests.conftest import compose_cfg
 
 # sha1 of the comma-joined sorted ids of data=demo (360 prompts; its CoT variants left with the ForeLen
 # leak fix: every one of them is in the committed reference trace)
 DEMO_IDS_SHA1 = "45e073af29e400ba628ef6a38459b3d8c6fd9476"
 
-needs_data = pytest.mark.skipif(not (default_datasets_root() / "MANIFEST.json").is_file(),
-                                reason="datasets not present (run scripts/fetch_datasets.py)")
+needs_data = pytest.mark.datasets
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from lengthpred.errors import DataError
 from lengthpred.paths import default_datasets_root
 
 ROOT = default_datasets_root()
-pytestmark = pytest.mark.skipif(not (ROOT / "MANIFEST.json").is_file(), reason="shared datasets not present")
+pytestmark = pytest.mark.datasets
 PICK = ("gsm8k/test.jsonl", "humaneval/HumanEval.jsonl.gz", "castillo/validate/Mbpp/google--gemma-3-4b-it.jsonl")
 
 

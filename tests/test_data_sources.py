@@ -14,8 +14,7 @@ from lengthpred.data.sources import manifest_files
 from lengthpred.paths import default_datasets_root
 
 ROOT = default_datasets_root()
-pytestmark = pytest.mark.skipif(not (ROOT / "MANIFEST.json").is_file(),
-                                reason="datasets not present (run scripts/fetch_datasets.py)")
+pytestmark = pytest.mark.datasets
 
 
 def test_every_manifest_file_has_a_loader():

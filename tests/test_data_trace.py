@@ -13,7 +13,6 @@ from lengthpred.data import load_prompts, load_splits
 from lengthpred.data.build import build_from_sources
 from lengthpred.data.trace import build_from_trace
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.paths import default_datasets_root
 from lengthpred.stages.data import prepare
 from tests.conftest import compose_cfg
 
@@ -100,7 +99,7 @@ def test_missing_file_and_bad_options(tmp_path):
         build_from_sources(compose_cfg(["data=demo", "data.root=/nonexistent"], tmp_path).data)
 
 
-@pytest.mark.skipif(not (default_datasets_root() / "castillo").is_dir(), reason="CASTILLO files not present")
+@pytest.mark.datasets
 def test_castillo_as_a_user_reads_it(tmp_path):
     cfg = compose_cfg(["data=castillo"], tmp_path)
     with open_dict(cfg):

@@ -147,6 +147,7 @@ def test_update_latency_comes_from_the_online_summary_when_present(tiny_experime
     assert doc["meta"]["update"]["rls@0.99"]["source"] == "measured"
 
 
+@pytest.mark.slow  # runs a script in a subprocess
 def test_script_writes_costs_json_and_t6_gets_the_columns(tiny_experiment, tmp_path):
     from lengthpred.eval import write_results
     from lengthpred.eval.report import evaluate_run, make_tables

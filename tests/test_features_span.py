@@ -20,8 +20,9 @@ from lengthpred.features.settings import LEGACY_POOLING
 from lengthpred.features.span import encode_with_span
 from lengthpred.prompting import encode_prompt
 from tests.test_features import PROMPTS, _peaky
+from tests.tolerances import assert_close_f32
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.numeric]
 MULTI = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "  What is a prime? "},
          {"role": "assistant", "content": "A number with two divisors."}, {"role": "user", "content": "user"}]
 ALL_POOLS = dict(pools=("last", "mean", "entropy", "attn"), fused=("mix0.5", "mix1.0", "prod"),
@@ -88,7 +89,9 @@ def test_no_pool_puts_weight_on_template_tokens(peaky_model, tokenizer, side):
     # the shared forward (one attention sum per normalisation) gives what a forward per variant gives
     for name in ("before", "after"):
         alone = pool_weight_stats(variants[name], peaky_model, tokenizer, prompts)
-        np.testing.assert_allclose(alone["top1"], stats.loc[stats["variant"] == name, "top1"], rtol=1e-5)
+        shared = stats.loc[stats["variant"] == name, "top1"].to_numpy()  # two float32 paths through entropy
+        assert_close_f32(alone["top1"].to_numpy(), shared, peaky_model.config.vocab_size, both_float32=True,
+                         err_msg=name)
 
 
 def test_position_corrected_importance_of_uniform_causal_attention_is_flat():
@@ -102,7 +105,7 @@ def test_position_corrected_importance_of_uniform_causal_attention_is_flat():
         assert raw[0, real][0] > 2 * raw[0, real][-1]  # the sum's position bias
         lift = attention_importance(received_attention(q, k, mask, 1.0, 4, query_weight=query_weights(mask, "lift")),
                                     mask, "lift")
-        np.testing.assert_allclose(lift[0, real].numpy(), heads, rtol=1e-5)
+        assert_close_f32(lift[0, real].numpy(), np.full(int(real.sum()), float(heads)), t * heads)
         assert (lift[0, ~real] == 0).all()
     # per_query: an all-equal causal attention matrix (not row-normalised) is flat too
     a = torch.tril(torch.ones(t, t))  # [query, key]
@@ -145,7 +148,9 @@ def test_stores_from_before_the_span_option_keep_their_key_and_load(tiny_model, 
     assert set(FeatureSettings(**ALL_POOLS).hashed()) == old_hash_keys | {"span", "attn_norm", "fuse_on"}
     assert "span" not in FeatureSettings(pools=("last",), fused=()).hashed()  # `last` ignores the span
     root = extract_features(legacy, tiny_model, tokenizer, PROMPTS, out_dir=tmp_path, progress=False)
-    # what an old store looks like: no pooling in the manifest, no span in the token files
+    # what an old store looks like: no pooling in the manifest, no span in the token files, no part checksums
+    for f in (root / "parts").glob("*.sha256"):
+        f.unlink()
     mf = json.loads((root / "manifest.json").read_text())
     del mf["pooling"]
     (root / "manifest.json").write_text(json.dumps(mf))

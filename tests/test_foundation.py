@@ -82,6 +82,7 @@ def test_tiny_model_forward(tiny_model, tokenizer):
     assert torch.isfinite(out.logits).all()
 
 
+@pytest.mark.slow  # runs a script in a subprocess
 def test_unknown_config_value_is_short_error_not_traceback():
     r = subprocess.run(
         [sys.executable, "scripts/prepare_model.py", "model=nope", "logger=disabled"],

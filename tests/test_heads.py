@@ -9,6 +9,8 @@ from scipy.stats import spearmanr
 from lengthpred.errors import ConfigError
 from lengthpred.heads import HEADS, BaseHead, HeadInput, HeadInputError, build_head, load_head
 
+pytestmark = pytest.mark.numeric  # torch heads: `make test-portable` reruns these under every CPU kernel
+
 # Heads on features, with settings that train in well under a second on the data below.
 FEATURE_HEADS = {
     "linear": {},

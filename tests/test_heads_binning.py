@@ -9,6 +9,8 @@ from scipy.stats import spearmanr
 from lengthpred.heads import build_head, load_head
 from lengthpred.heads.binned import bin_centres, bin_edges, bin_index
 
+pytestmark = pytest.mark.numeric  # torch heads: `make test-portable` reruns these under every CPU kernel
+
 
 def long_tailed(n: int, seed: int, d: int = 16) -> tuple[np.ndarray, np.ndarray]:
     """log-length linear in 6 of d features plus Student-t(3) noise: median ≈ 200 tokens, p90 ≈ 800,

@@ -16,6 +16,8 @@ from lengthpred.heads import (
     QuantileLinearHead,
 )
 
+pytestmark = pytest.mark.numeric  # torch heads: `make test-portable` reruns these under every CPU kernel
+
 _LOG1P_NEEDS_LENGTHS = (
     "target='log1p' rejects the negative y of sklearn's synthetic regression data by design"
 )

@@ -6,26 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lengthpred.paths import REPO_ROOT
 from tests.conftest import compose_cfg
 
-SPLITS = REPO_ROOT / "data" / "splits" / "demo" / "splits.json"
-
-
-@pytest.fixture
-def demo_splits_dir(tmp_path):
-    """The demo splits: the built ones, else built here from the shared datasets (≈10 s, as in CI)."""
-    if SPLITS.is_file():
-        return SPLITS.parent
-    from lengthpred.paths import default_datasets_root
-
-    if not default_datasets_root().is_dir():
-        pytest.skip("needs the datasets (../shared/datasets or scripts/fetch_datasets.py)")
-    from lengthpred.stages.data import prepare
-
-    out = tmp_path / "splits"
-    prepare(compose_cfg([f"data.out_dir={out}"], tmp_path))
-    return out
+pytestmark = pytest.mark.datasets
 
 
 def test_adapt_loads_prompts_splits_features_and_targets(tmp_path, monkeypatch, demo_splits_dir):

@@ -222,6 +222,7 @@ def test_predictions_file_source(tmp_path):
         from_predictions(tmp_path / "missing")
 
 
+@pytest.mark.slow  # runs a script in a subprocess
 def test_simulate_script_writes_t5_inputs(tmp_path):
     """Prompts of the committed demo trace: each request gets one of its prompt's sampled lengths and the
     prompt's real token count, both from the trace (the targets the heads are fitted on)."""
@@ -272,6 +273,7 @@ def test_every_sched_config_option_composes(option, tmp_path):
     assert all(0 < ld for ld in cfg.sched.loads)
 
 
+@pytest.mark.slow  # runs a script in a subprocess
 def test_sched_never_imports_torch():
     code = ("import sys, lengthpred.sched, lengthpred.sched.experiment, lengthpred.sched.sources; "
             "sys.exit('torch' in sys.modules)")

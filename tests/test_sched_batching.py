@@ -92,6 +92,7 @@ def _toy_traces(root):
                   "GeneratedTokens": rng.integers(1, 700, 700)}).to_csv(root / "traces/azure2023_conv.csv", index=False)
 
 
+@pytest.mark.slow  # runs a script in a subprocess
 def test_trace_and_batching_scripts_end_to_end(tmp_path):
     from lengthpred.targets import read_reference
 

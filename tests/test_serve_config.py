@@ -17,9 +17,6 @@ from lengthpred.stages import serve as setup
 
 from .conftest import compose_cfg
 
-HAS_DEMO = (REPO_ROOT / "data/splits/demo/splits.json").is_file() and \
-    (REPO_ROOT / "data/reference/smollm2-135m/demo.jsonl").is_file()
-
 
 def test_default_settings_compose():
     cfg = compose_cfg()
@@ -35,7 +32,8 @@ def test_default_settings_compose():
 @pytest.mark.parametrize("overrides,match", [
     (["serve.policies=[fcfs,srpt]"], "valid are fcfs, sjf, oracle"),
     (["serve.predictor.kind=none"], "sjf but serve.predictor.kind=none"),
-    (["serve.engine.kind=fake"], "fake_clock=wall"),
+    (["serve.engine.kind=fake", "serve.predictor.source=worker"], "fake_clock=wall"),
+    (["serve.predictor.source=gpu"], "valid: engine, worker"),
     (["serve.loads=[0.5,-1]"], "positive fractions"),
     (["serve.arrival=trace"], "trace_path"),
 ])
@@ -55,17 +53,18 @@ def test_engine_that_cannot_start_names_the_venv_and_the_command():
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(not HAS_DEMO, reason="needs the prepared demo split and the committed reference trace")
-def test_serve_script_end_to_end_on_the_fake_engine(tmp_path):
+@pytest.mark.datasets
+def test_serve_script_end_to_end_on_the_fake_engine(tmp_path, demo_splits_dir):
     from lengthpred.stages.serve import run_serve
     from lengthpred.tracking import Tracker
 
-    splits = json.loads((REPO_ROOT / "data/splits/demo/splits.json").read_text())
+    splits = json.loads((demo_splits_dir / "splits.json").read_text())
     ids = sorted({i for d in splits["indomain"].values() for i in d["test"]})
     rng = np.random.default_rng(0)
     pd.DataFrame({"head": "h", "split": "indomain/all/test", "id": ids, "y_true": 100.0,
                   "y_pred": rng.uniform(10, 500, len(ids))}).to_parquet(tmp_path / "predictions.parquet")
-    cfg = compose_cfg(["serve.engine.kind=fake", "serve.predictor.kind=stored", "serve.predictor.head=h",
+    cfg = compose_cfg([f"data.out_dir={demo_splits_dir}", "serve.engine.kind=fake", "serve.predictor.kind=stored",
+                       "serve.predictor.head=h",
                        f"serve.predictor.predictions_path={tmp_path / 'predictions.parquet'}", "serve.n_requests=12",
                        "serve.seeds=[0]", "serve.loads=[0.9]", "serve.calibration_requests=8", "serve.fit_skip=0",
                        "serve.engine.max_num_seqs=3", "serve.plots=true"])

@@ -24,6 +24,7 @@ from lengthpred.serve import (
     replay,
 )
 from lengthpred.serve.featurize import PrefillFeaturizer, cached_rows
+from tests.tolerances import assert_close_f32
 
 D = 6
 
@@ -94,6 +95,7 @@ def test_stored_predictions_need_every_prompt():
         replay(reqs, FakeEngine(PROF, clock), get_policy("sjf"), TablePredictor({"p0": 1.0}, "h"), clock)
 
 
+@pytest.mark.numeric
 def test_prefill_featurizer_is_the_layers_last_token_state(tiny_model, one_torch_thread, tmp_path):
     ids = [5, 17, 42, 8, 99, 3]
     with torch.no_grad():
@@ -102,7 +104,8 @@ def test_prefill_featurizer_is_the_layers_last_token_state(tiny_model, one_torch
     for layer in (0, 2, n):
         got = PrefillFeaturizer(tiny_model, layer, threads=None)(ids)
         want = hs[layer][0, -1].double().numpy()  # HF's last entry is after the final norm, as ours
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        # two float32 forwards (hooks vs output_hidden_states): the widest reduction is the MLP's
+        assert_close_f32(got, want, tiny_model.config.intermediate_size, both_float32=True, err_msg=f"layer {layer}")
     f = PrefillFeaturizer(tiny_model, 2, threads=None)
     a = cached_rows(f, ["x", "y"], [ids, ids[:3]], tmp_path / "rows.npz")
     b = cached_rows(f, ["y", "x"], [ids[:3], ids], tmp_path / "rows.npz")  # read back from the file

@@ -41,17 +41,30 @@ print(json.dumps({
 """
 
 
-@pytest.mark.integration
-@pytest.mark.skipif(not VENV_PY.exists(), reason="no vLLM venv at .venv-vllm (create it with `make serve-setup`)")
-@pytest.mark.skipif(not (CKPT / "config.json").is_file(),
-                    reason="no embedded model checkpoint at data/models/smollm2-135m (run scripts/prepare_model.py)")
-def test_real_replay_serves_in_priority_order_and_counts_rejections():
+def needs_vllm(test):
+    """Marks a test that runs a probe in the vLLM venv: skipped, saying why, without the venv or the checkpoint."""
+    marks = [pytest.mark.integration, pytest.mark.slow,
+             pytest.mark.skipif(not VENV_PY.exists(), reason="no vLLM venv at .venv-vllm (create it with `make serve-setup`)"),
+             pytest.mark.skipif(not (CKPT / "config.json").is_file(), reason="no embedded model checkpoint at "
+                                "data/models/smollm2-135m (run scripts/prepare_model.py)")]
+    for m in marks:
+        test = m(test)
+    return test
+
+
+def run_probe(probe: str) -> dict:
+    """Run `probe` (Python source; argv[1] = the checkpoint) in the vLLM venv; its last stdout line as JSON."""
     env = {**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
            "OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.run([str(VENV_PY), "-c", PROBE, str(CKPT)],
+    proc = subprocess.run([str(VENV_PY), "-c", probe, str(CKPT)],
                           capture_output=True, text=True, timeout=540, env=env, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@needs_vllm
+def test_real_replay_serves_in_priority_order_and_counts_rejections():
+    out = run_probe(PROBE)
     assert out["order"] == ["b", "c", "a"]  # one slot, oracle priority: shortest replayed length first
     assert out["status"]["long"] == "rejected" and out["status"]["zero"] == "rejected"
     assert out["output_tokens"] == {"a": 6, "b": 2, "c": 4, "long": 0, "zero": 0}  # ignore_eos: exact lengths

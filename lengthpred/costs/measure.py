@@ -29,6 +29,7 @@ from lengthpred.errors import ConfigError, DataError
 from lengthpred.features.settings import FeatureSettings
 from lengthpred.heads.base import HeadInput, load_head
 from lengthpred.heads.binned import torch_threads
+from lengthpred.integrity import temp_path
 from lengthpred.names import FeatureKey, hidden_name
 from lengthpred.online.config import rls_name
 from lengthpred.prompting import encode_prompt
@@ -379,7 +380,7 @@ def write_costs(doc: Mapping[str, Any], path: str | Path) -> Path:
     """costs.json (atomically): `{"meta": ..., "rows": [...]}`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = temp_path(path)  # this writer's own
     tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     tmp.replace(path)
     return path

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,8 +27,9 @@ from lengthpred.data.splits import (
     update_shifts,
 )
 from lengthpred.data.summary import format_table, reference_lengths, summary_rows
-from lengthpred.data.trace import build_from_trace, length_stat
+from lengthpred.data.trace import build_from_trace, expand_paths, length_stat
 from lengthpred.errors import DataError
+from lengthpred.integrity import atomic_write_text, file_digest, locked, temp_path, tree_digest
 from lengthpred.models import serving_tokenizer
 from lengthpred.paths import DATA_DIR, resolve
 from lengthpred.prompting import encode_prompt
@@ -51,13 +54,27 @@ def splits_dir(data_cfg: Mapping[str, Any], data_dir: str | Path | None = None) 
     return DATA_DIR / "splits" / str(data_cfg["name"])
 
 
+STAMP = "build.json"  # what a prepared set was built from (config, input contents, code) and its outputs' digests
+PATH_KEYS = ("root", "fetch", "out_dir", "train_path", "test_path")  # where things live, not what they are
+
+
 def config_hash(data_cfg: Mapping[str, Any]) -> str:
     """Hash of the (resolved, plain) data config minus where the files live (same data on another machine,
-    same hash)."""
+    same hash); a trace's files enter by their contents (`input_digests`), not their names."""
     c = json.loads(json.dumps(data_cfg, default=_plain))
-    for k in ("root", "fetch", "out_dir"):  # where things live, not what they are
+    for k in PATH_KEYS:
         c.pop(k, None)
     return hashlib.sha1(json.dumps(c, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def input_digests(data_cfg: Mapping[str, Any]) -> list[str]:
+    """sha256 of every trace file a `data.kind=trace` config reads (sorted: contents, not names); [] for the
+    pinned source datasets (checked by sha256 when fetched)."""
+    if data_cfg.get("kind") != "trace":
+        return []
+    files = [*expand_paths(data_cfg.get("train_path"), "data.train_path"),
+             *expand_paths(data_cfg.get("test_path"), "data.test_path")]
+    return sorted(file_digest(p) for p in files)
 
 
 def _plain(node: Any) -> Any:
@@ -147,28 +164,65 @@ def code_hash() -> str:
     return h.hexdigest()[:12]
 
 
+def _fingerprint(data_cfg: Mapping[str, Any], reference: Path | None) -> dict[str, Any]:
+    return {"config": config_hash(data_cfg), "inputs": input_digests(data_cfg),
+            "reference": file_digest(reference) if reference else None, "code": code_hash()}
+
+
+def _outputs(out: Path) -> dict[str, str]:
+    return {"splits.json": file_digest(out / "splits.json"), "prompts": tree_digest(out / "prompts")}
+
+
+def _read_stamp(out: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _stale(out: Path, want: dict[str, Any], stamp: dict[str, Any] | None) -> str | None:
+    """Why a prepared set cannot be reused (None: it can)."""
+    if stamp is None or not (out / "splits.json").is_file() or not (out / "prompts").is_dir():
+        return "not built yet"
+    changed = [k for k in want if stamp.get(k) != want[k]]
+    if changed:
+        return "built from other " + ", ".join({"config": "data settings", "inputs": "trace file contents",
+                                                 "reference": "reference trace", "code": "data code"}[k]
+                                                for k in changed)
+    if stamp.get("outputs") != _outputs(out):
+        return "damaged (its files differ from their checksums)"
+    return None
+
+
 def prepare(data_cfg: Mapping[str, Any], *, reference: Path | None = None, force: bool = False) -> Path:
-    """Build and save the prompt set of a data config group (`data.out_dir`); skipped when built with the
-    same config (`lengthpred.stages.data.prepare` is the stage: it finds the reference trace).
+    """Build and save the prompt set of a data config group (`data.out_dir`); skipped when built from the same
+    config, input contents (a trace's files), reference trace and data code, with its files intact (a
+    damaged or stale set is rebuilt, saying why). `lengthpred.stages.data.prepare` is the stage: it finds
+    the reference trace. One builder at a time per set (a file lock beside it).
 
     `reference`: the serving model's reference trace, when it exists; its lengths add
     `served_length_wasserstein` to every cross pair's shift and a served-length column to the summary (the
-    trace's bytes enter the hash).
+    trace's bytes enter the fingerprint).
     """
     out = splits_dir(data_cfg)
+    with locked(out.with_name(f".{out.name}.lock")):
+        return _prepare(data_cfg, out, reference, force)
+
+
+def _prepare(data_cfg: Mapping[str, Any], out: Path, reference: Path | None, force: bool) -> Path:
     ref_path = reference if reference is not None and Path(reference).is_file() else None
     served = reference_lengths(ref_path) if ref_path else None
+    want = _fingerprint(data_cfg, ref_path)
     h = config_hash(data_cfg)
-    if ref_path:
-        h = hashlib.sha1((h + hashlib.sha1(ref_path.read_bytes()).hexdigest()).encode()).hexdigest()[:12]
-    stamp = out / "config_hash.txt"  # the config hash, then the data code's hash: either changing rebuilds
-    key = f"{h} code {code_hash()}"
-    if not force and stamp.is_file() and stamp.read_text().strip() == key and (out / "splits.json").is_file():
+    why = "rebuild asked (force)" if force else _stale(out, want, _read_stamp(out))
+    if why is None:
         log.info("data %s already built with config %s: %s", data_cfg["name"], h, out)
         records = load_prompts(data_cfg)
         splits = load_splits(data_cfg)
         print(format_table(summary_rows(splits, {r["id"]: r for r in records}, served)))
         return out
+    if why != "not built yet":
+        log.warning("%s: %s; rebuilding", out, why)
     if data_cfg["kind"] == "trace":
         records, splits = build_from_trace(data_cfg)
     else:
@@ -182,10 +236,13 @@ def prepare(data_cfg: Mapping[str, Any], *, reference: Path | None = None, force
     stat = length_stat(str(data_cfg.get("length_stat", "mean")))  # sources record other models' lengths
     rows = [{**{c: r[c] for c in COLUMNS}, "length": stat(r["lengths"]) if r["lengths"] else None}
             for r in sorted(records, key=lambda r: r["id"])]
-    ds = Dataset.from_list(rows, features=FEATURES)
-    ds.save_to_disk(str(out / "prompts"))
-    (out / "splits.json").write_text(json.dumps(splits, indent=1, sort_keys=False))
-    stamp.write_text(key + "\n")
+    (out / STAMP).unlink(missing_ok=True)  # a crash from here on leaves no stamp: the next run rebuilds
+    tmp = temp_path(out / "prompts")
+    Dataset.from_list(rows, features=FEATURES).save_to_disk(str(tmp))
+    shutil.rmtree(out / "prompts", ignore_errors=True)
+    os.replace(tmp, out / "prompts")
+    atomic_write_text(out / "splits.json", json.dumps(splits, indent=1, sort_keys=False))
+    atomic_write_text(out / STAMP, json.dumps({**want, "outputs": _outputs(out)}, indent=1))
     by_id = {r["id"]: r for r in records}
     print(format_table(summary_rows(splits, by_id, served)))
     meta = splits["meta"]
@@ -194,18 +251,38 @@ def prepare(data_cfg: Mapping[str, Any], *, reference: Path | None = None, force
     return out
 
 
-def load_prompts(data_cfg: Mapping[str, Any], data_dir: str | Path | None = None) -> Dataset:
-    """The prompt table (one row per unique prompt) of a prepared data config (`data.out_dir`)."""
-    p = splits_dir(data_cfg, data_dir) / "prompts"
-    if not p.is_dir():
+def _check_built(data_cfg: Mapping[str, Any], out: Path, part: str) -> Path:
+    """`out/part` when it exists, is what the stamp says was written, and was built from this config and the
+    current contents of its input files; else a DataError naming the file and the fix."""
+    p = out / part
+    rerun = f"rerun `python scripts/prepare_data.py data={data_cfg['name']}` with the same overrides (it rebuilds)"
+    if not p.exists():
         raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg['name']}` first")
-    return load_from_disk(str(p))
+    stamp = _read_stamp(out)
+    if stamp is None:  # a set prepared before stamps existed (or mid-build): nothing to compare with
+        return p
+    if stamp.get("config") != config_hash(data_cfg):
+        raise DataError(f"{out} was prepared with other data settings than this run's; {rerun}")
+    if stamp.get("inputs") != input_digests(data_cfg):
+        raise DataError(f"{out} was prepared from other trace contents than data.train_path/test_path now hold; "
+                        f"{rerun}")
+    digest = file_digest(p) if p.is_file() else tree_digest(p)
+    if (stamp.get("outputs") or {}).get(part) != digest:
+        raise DataError(f"{p} is damaged (it differs from the checksum written with it); {rerun}")
+    return p
+
+
+def load_prompts(data_cfg: Mapping[str, Any], data_dir: str | Path | None = None) -> Dataset:
+    """The prompt table (one row per unique prompt) of a prepared data config (`data.out_dir`), checked
+    against what it was built from."""
+    return load_from_disk(str(_check_built(data_cfg, splits_dir(data_cfg, data_dir), "prompts")))
 
 
 def load_splits(data_cfg: Mapping[str, Any], data_dir: str | Path | None = None) -> dict[str, Any]:
-    """The parsed splits.json of a prepared data config."""
-    p = splits_dir(data_cfg, data_dir) / "splits.json"
-    if not p.is_file():
-        raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg['name']}` first")
-    return json.loads(p.read_text())
-
+    """The parsed splits.json of a prepared data config, checked against what it was built from."""
+    p = _check_built(data_cfg, splits_dir(data_cfg, data_dir), "splits.json")
+    try:
+        return json.loads(p.read_text())
+    except ValueError:
+        raise DataError(f"{p} is damaged (not JSON); rerun `python scripts/prepare_data.py "
+                        f"data={data_cfg['name']}` (it rebuilds)") from None

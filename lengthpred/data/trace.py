@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -79,7 +80,8 @@ def parse_messages(value: Any, where: str, name: str, log: BadInputLog) -> list[
 
 
 def parse_lengths(value: Any, where: str, name: str, log: BadInputLog) -> list[int] | None:
-    """An int, a list of ints, or a string of either (CSV) → list[int] ≥ 0."""
+    """An int, a list of ints, or a string of either (CSV) → list[int] ≥ 0; booleans and non-finite numbers
+    are bad input (file:line and field)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -87,11 +89,17 @@ def parse_lengths(value: Any, where: str, name: str, log: BadInputLog) -> list[i
             log.bad("malformed field", where, f"field {name!r}={value[:40]!r} is not a number or list")
             return None
     vals = value if isinstance(value, list) else [value]
+    if any(isinstance(v, bool) for v in vals):  # JSON true is not a length (Python would read it as 1)
+        log.bad("malformed field", where, f"field {name!r}={str(value)[:40]} is a boolean, not a length")
+        return None
+    if any(isinstance(v, float) and not math.isfinite(v) for v in vals):
+        log.bad("malformed field", where, f"field {name!r}={str(value)[:40]} is not finite")
+        return None
     try:
         out = [int(v) for v in vals]
         if not out or any(v < 0 or v != float(w) for v, w in zip(out, vals, strict=True)):
             raise ValueError
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         log.bad("malformed field", where, f"field {name!r}={str(value)[:40]} is not a non-negative int or list")
         return None
     return out

@@ -24,6 +24,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import DataError
+from lengthpred.integrity import temp_path
 from lengthpred.metrics import METRICS, UNDEFINED, MetricValue, evaluate, is_undefined, noise_ceiling
 from lengthpred.names import SplitName
 from lengthpred.seeds import SEED_METRICS, seed_columns, seed_metric_name, spread
@@ -268,7 +269,7 @@ def write_results(df: pd.DataFrame, path: str | Path) -> Path:
     for c in ("value", "ci_low", "ci_high"):
         out[c] = [_fmt(v) for v in out[c]]
     out = out.sort_values(["experiment", "head", "split", "metric"], kind="stable")
-    tmp = path.with_suffix(".csv.tmp")
+    tmp = temp_path(path)  # this writer's own
     out.to_csv(tmp, index=False, lineterminator="\n")
     tmp.replace(path)
     return path

@@ -35,6 +35,7 @@ from lengthpred.features.store import (
     done_ids,
     write_part,
 )
+from lengthpred.integrity import locked
 from lengthpred.names import FeatureKey, hidden_name
 from lengthpred.paths import DATA_DIR, REPO_ROOT
 from lengthpred.prompting import encode_prompt
@@ -271,55 +272,66 @@ def extract_features(
         out_dir = DATA_DIR / "features" / Path(str(model_name)).name / key
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(root / MANIFEST, {
-        "model": ident, "cache_key": key, "prompts_hash": p_hash, "git_revision": git_revision(),
-        "settings": settings.hashed(), "layers": plan.hs_layers, "attn_layers": plan.attn_layers,
-        "token_layers": plan.token_layers, "poolings": list(plan.pools), "fused": list(settings.fused),
-        "dtype": settings.dtype, "columns": plan.columns(), "ids": [r[0] for r in records],
-        "padding_side": settings.padding_side, "pooling": settings.pooling,
-    })
-
     i, n = shard
-    mine = records[i::n]
-    max_tokens = settings.max_prompt_tokens or getattr(model.config, "max_position_embeddings", None)
-    encoded, skipped = [], {}
-    for pid, messages in mine:
-        try:
-            encoded.append((pid, *encode(tokenizer, messages, settings, max_tokens, pid)))
-        except DataError as e:  # empty, over-long under overflow=reject, content not found: skipped and listed
-            skipped[pid] = str(e)
-    atomic_write_json(root / f"skipped-{i}of{n}.json", skipped)
-    if skipped:
-        log.warning("%d prompts skipped (empty or over-long); listed in %s", len(skipped), root)
+    # one writer per (store, shard): a second identical extraction waits, then finds every part written
+    with locked(root / f".lock-{i}of{n}"):
+        atomic_write_json(root / MANIFEST, {
+            "model": ident, "cache_key": key, "prompts_hash": p_hash, "git_revision": git_revision(),
+            "settings": settings.hashed(), "layers": plan.hs_layers, "attn_layers": plan.attn_layers,
+            "token_layers": plan.token_layers, "poolings": list(plan.pools), "fused": list(settings.fused),
+            "dtype": settings.dtype, "columns": plan.columns(), "ids": [r[0] for r in records],
+            "padding_side": settings.padding_side, "pooling": settings.pooling,
+        })
 
-    done = done_ids(root)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    batches = plan_batches([len(e[1]) for e in encoded], settings.batch_size, settings.max_batch_tokens)
-    todo = [[encoded[j] for j in b] for b in batches if any(encoded[j][0] not in done for j in b)]
-    store = _STORE[settings.dtype]
-    from tqdm.auto import tqdm
+        mine = records[i::n]
+        max_tokens = settings.max_prompt_tokens or getattr(model.config, "max_position_embeddings", None)
+        encoded, skipped, truncated = [], {}, {}
+        for pid, messages in mine:
+            try:
+                encoded.append((pid, *encode(tokenizer, messages, settings, max_tokens, pid)))
+            except DataError as e:  # empty, over-long under overflow=reject, content not found: skipped and listed
+                skipped[pid] = str(e)
+                continue
+            if max_tokens and len(encoded[-1][1]) >= max_tokens:  # at the budget: cut, or exactly that long?
+                full = len(encode_prompt(tokenizer, messages, prompt_id=pid))
+                if full > max_tokens:
+                    truncated[pid] = full
+        atomic_write_json(root / f"skipped-{i}of{n}.json", skipped)
+        atomic_write_json(root / f"truncated-{i}of{n}.json", truncated)
+        if skipped:
+            log.warning("%d prompts skipped (empty or over-long); listed in %s", len(skipped), root)
+        if truncated:
+            log.warning("%d prompts cut to %d tokens (features.overflow=truncate; `reject` leaves them out), "
+                        "longest %d; listed in %s", len(truncated), max_tokens, max(truncated.values()), root)
 
-    t0, n_tok = time.perf_counter(), 0
-    bar = tqdm(total=sum(len(b) for b in todo), desc=f"features {i}/{n}", unit="prompt", disable=not progress)
-    with PrefillCapture(model, plan.hs_layers, plan.attn_layers, settings.attn_chunk) as capture:
-        if todo and plan.attn_layers:  # a 2-token probe: an attention the model cannot give fails here
-            extract_batch(model, plan, capture, *collate([todo[0][0][1][:2]], pad_id, "right"))
-        for batch in todo:
-            ids = [e[0] for e in batch]
-            input_ids, mask = collate([e[1] for e in batch], pad_id, settings.padding_side)
-            span = collate_span([e[2] for e in batch], settings.padding_side)
-            cols, tokens = extract_batch(model, plan, capture, input_ids, mask, span)
-            _check_finite(cols, ids, settings.dtype)
-            cols = {k: v.to(store).cpu() for k, v in cols.items()}
-            _check_finite(cols, ids, settings.dtype)
-            write_part(root, ids, cols, _tokens_file(tokens, mask, store) if tokens else None)
-            n_tok += int(mask.sum())
-            bar.update(len(batch))
-    bar.close()
-    if todo:
-        dt = time.perf_counter() - t0
-        log.info("features: %d prompts, %d tokens in %.1f s (%.1f prompts/s, %.0f tokens/s) → %s",
-                 sum(len(b) for b in todo), n_tok, dt, sum(len(b) for b in todo) / dt, n_tok / dt, root)
+        done = done_ids(root)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        batches = plan_batches([len(e[1]) for e in encoded], settings.batch_size, settings.max_batch_tokens)
+        todo = [[encoded[j] for j in b] for b in batches if any(encoded[j][0] not in done for j in b)]
+        store = _STORE[settings.dtype]
+        from tqdm.auto import tqdm
+
+        t0, n_tok = time.perf_counter(), 0
+        bar = tqdm(total=sum(len(b) for b in todo), desc=f"features {i}/{n}", unit="prompt", disable=not progress)
+        with PrefillCapture(model, plan.hs_layers, plan.attn_layers, settings.attn_chunk) as capture:
+            if todo and plan.attn_layers:  # a 2-token probe: an attention the model cannot give fails here
+                extract_batch(model, plan, capture, *collate([todo[0][0][1][:2]], pad_id, "right"))
+            for batch in todo:
+                ids = [e[0] for e in batch]
+                input_ids, mask = collate([e[1] for e in batch], pad_id, settings.padding_side)
+                span = collate_span([e[2] for e in batch], settings.padding_side)
+                cols, tokens = extract_batch(model, plan, capture, input_ids, mask, span)
+                _check_finite(cols, ids, settings.dtype)
+                cols = {k: v.to(store).cpu() for k, v in cols.items()}
+                _check_finite(cols, ids, settings.dtype)
+                write_part(root, ids, cols, _tokens_file(tokens, mask, store) if tokens else None)
+                n_tok += int(mask.sum())
+                bar.update(len(batch))
+        bar.close()
+        if todo:
+            dt = time.perf_counter() - t0
+            log.info("features: %d prompts, %d tokens in %.1f s (%.1f prompts/s, %.0f tokens/s) → %s",
+                     sum(len(b) for b in todo), n_tok, dt, sum(len(b) for b in todo) / dt, n_tok / dt, root)
     return root
 
 

@@ -7,34 +7,38 @@ Layout of `data/features/<model>/<cache-key>/`:
                            attention importance `attn` [tokens] (float32), `span` [tokens] (uint8, 1 = a
                            token the pools range over; absent in stores made before `features.span`),
                            `offsets` [b+1]
+  parts/<name>.sha256      the sha256 each part was written with, checked on load: a part that fails it (or
+                           cannot be read) is moved aside as `.bad` and its prompts count as missing, so
+                           the extraction's resume recomputes them (lengthpred.integrity)
   skipped-<shard>.json     ids rejected by the prompt budget / empty, with the reason
+  truncated-<shard>.json   ids cut to the prompt budget (features.overflow=truncate): their full token count
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from lengthpred.errors import DataError
 from lengthpred.features.settings import LEGACY_POOLING
+from lengthpred.integrity import atomic_write_text, publish, quarantine, temp_path, verify
 from lengthpred.names import hidden_name
 
 MANIFEST = "manifest.json"
+log = logging.getLogger(__name__)
 
 
 def atomic_write_json(path: Path, obj: object) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=True))
 
 
 def part_name(ids: Sequence[str]) -> str:
@@ -43,21 +47,21 @@ def part_name(ids: Sequence[str]) -> str:
 
 def write_part(root: Path, ids: Sequence[str], columns: dict[str, torch.Tensor],
                tokens: dict[str, torch.Tensor] | None = None) -> Path:
-    """Write one batch atomically (tmp file + rename); the token-level file first, so a part that
-    exists is always complete."""
+    """Write one batch atomically (a temp name of this writer, its checksum, then a rename); the token-level
+    file first, so a part that exists is always complete."""
     parts = root / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     name = part_name(ids)
     meta = {"ids": json.dumps(list(ids))}
     if tokens:
-        tmp = parts / f".{name}.tokens.tmp"
+        out = parts / f"{name}.tokens.safetensors"
+        tmp = temp_path(out)
         save_file({k: v.contiguous() for k, v in tokens.items()}, str(tmp), metadata=meta)
-        os.replace(tmp, parts / f"{name}.tokens.safetensors")
-    tmp = parts / f".{name}.tmp"
-    save_file({k: v.contiguous() for k, v in columns.items()}, str(tmp), metadata=meta)
+        publish(tmp, out)
     out = parts / f"{name}.safetensors"
-    os.replace(tmp, out)
-    return out
+    tmp = temp_path(out)
+    save_file({k: v.contiguous() for k, v in columns.items()}, str(tmp), metadata=meta)
+    return publish(tmp, out)
 
 
 def part_files(root: Path) -> list[Path]:
@@ -69,19 +73,60 @@ def part_ids(path: Path) -> list[str]:
         return json.loads(f.metadata()["ids"])
 
 
-def done_ids(root: Path) -> set[str]:
-    """Ids already stored by any shard (resume skips them)."""
-    out: set[str] = set()
+def _damage(path: Path) -> str | None:
+    """Why a part file cannot be trusted (checksum mismatch, unreadable), or None."""
+    if verify(path) is False:
+        return "checksum mismatch (the file changed after it was written)"
+    try:
+        with safe_open(str(path), framework="np") as f:
+            json.loads(f.metadata()["ids"])
+    except (SafetensorError, OSError, KeyError, TypeError, ValueError) as e:
+        return f"unreadable ({e.__class__.__name__})"
+    return None
+
+
+def intact_parts(root: Path) -> list[tuple[Path, list[str]]]:
+    """(part, its ids) of every part that passes its checksum and reads, with its token-level file; a part
+    that fails is moved aside (`.bad`, one line naming it) and its prompts count as missing."""
+    out = []
     for p in part_files(root):
-        out.update(part_ids(p))
+        tokens = _tokens_path(p)
+        why = _damage(p) or (_damage(tokens) if tokens.is_file() else None)
+        if why is not None:
+            for f in (tokens, p):
+                if f.is_file():
+                    quarantine(f, why)
+            continue
+        out.append((p, part_ids(p)))
+    return out
+
+
+def done_ids(root: Path) -> set[str]:
+    """Ids already stored, intact, by any shard (resume skips them)."""
+    out: set[str] = set()
+    for _, ids in intact_parts(root):
+        out.update(ids)
+    return out
+
+
+def _read_listing(root: Path, prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p in sorted(root.glob(f"{prefix}-*.json")):
+        try:
+            out.update(json.loads(p.read_text()))
+        except ValueError:
+            raise DataError(f"{p}: damaged (not JSON); delete it and rerun scripts/extract.py") from None
     return out
 
 
 def read_skipped(root: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for p in sorted(root.glob("skipped-*.json")):
-        out.update(json.loads(p.read_text()))
-    return out
+    """id → why the extraction left the prompt out (empty, over the budget under overflow=reject)."""
+    return _read_listing(root, "skipped")
+
+
+def read_truncated(root: Path) -> dict[str, int]:
+    """id → the full token count of each prompt cut to the budget (overflow=truncate)."""
+    return _read_listing(root, "truncated")
 
 
 class FeatureSet:
@@ -98,6 +143,7 @@ class FeatureSet:
         self.ids = list(ids)
         self.names: list[str] = list(manifest.get("columns", {}))
         self.skipped: dict[str, str] = manifest.get("skipped", {})
+        self.truncated: dict[str, int] = manifest.get("truncated", {})
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -193,8 +239,11 @@ def load_features(path: str | Path) -> FeatureSet:
     mf = root / MANIFEST
     if not mf.is_file():
         raise DataError(f"no feature manifest at {mf}; run scripts/extract.py")
-    manifest = json.loads(mf.read_text())
-    parts = [(p, part_ids(p)) for p in part_files(root)]
+    try:
+        manifest = json.loads(mf.read_text())
+    except ValueError:
+        raise DataError(f"{mf}: damaged (not JSON); delete it and rerun scripts/extract.py (it resumes)") from None
+    parts = intact_parts(root)
     seen: set[str] = set()
     for p, ids in parts:
         dup = seen.intersection(ids)
@@ -203,6 +252,7 @@ def load_features(path: str | Path) -> FeatureSet:
         seen.update(ids)
     skipped = read_skipped(root)
     manifest["skipped"] = skipped
+    manifest["truncated"] = read_truncated(root)
     expected = [i for i in manifest["ids"] if i not in skipped]
     missing = [i for i in expected if i not in seen]
     if missing:

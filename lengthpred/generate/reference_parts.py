@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.integrity import atomic_write_text
 from lengthpred.targets import write_reference
 
 log = logging.getLogger(__name__)
@@ -59,18 +60,19 @@ def write_part(rows: Sequence[Mapping[str, Any]], folder: Path, meta: Mapping[st
     rows = sorted(rows, key=lambda r: (r["id"], int(r["sample"])))
     ids = sorted({r["id"] for r in rows})
     h = ids_hash(ids)
+    body = "".join(json.dumps({"id": str(r["id"]), "sample": int(r["sample"]), "length": int(r["length"]),
+                               "finish_reason": str(r["finish_reason"]),
+                               "prompt_tokens": int(r["prompt_tokens"])}) + "\n" for r in rows)
     meta = {**dict(meta), "n_prompts": len(ids), "n_rows": len(rows), "ids_sha1": h,
-            "n_capped": sum(r["finish_reason"] == "length" for r in rows)}
+            "n_capped": sum(r["finish_reason"] == "length" for r in rows), "rows_sha256": rows_digest(body)}
     path = folder / f"part-{ids[0][:8]}-{h}.jsonl"
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as f:
-        f.write(json.dumps({"meta": meta}, sort_keys=True) + "\n")
-        for r in rows:
-            f.write(json.dumps({"id": str(r["id"]), "sample": int(r["sample"]), "length": int(r["length"]),
-                                "finish_reason": str(r["finish_reason"]),
-                                "prompt_tokens": int(r["prompt_tokens"])}) + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps({"meta": meta}, sort_keys=True) + "\n" + body)
     return path
+
+
+def rows_digest(body: str) -> str:
+    """sha256 of a part's row lines (everything after the meta line): its checksum, kept in its meta."""
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def read_part(path: Path, settings: Mapping[str, Any] | None = None) -> tuple[pd.DataFrame, dict]:
@@ -83,6 +85,8 @@ def read_part(path: Path, settings: Mapping[str, Any] | None = None) -> tuple[pd
         rows = pd.DataFrame([json.loads(line) for line in lines[1:]], columns=list(ROW_KEYS))
     except (IndexError, KeyError, json.JSONDecodeError) as e:
         raise DataError(f"{path}: unreadable reference part ({e.__class__.__name__}: {e})") from None
+    if meta.get("rows_sha256") and rows_digest("".join(line + "\n" for line in lines[1:])) != meta["rows_sha256"]:
+        raise DataError(f"{path}: its rows differ from the checksum in its meta (rows_sha256): damaged part")
     if len(rows) != meta.get("n_rows"):
         raise DataError(f"{path}: {len(rows)} rows but its meta says {meta.get('n_rows')} (truncated part)")
     if ids_hash(rows["id"]) != meta.get("ids_sha1"):

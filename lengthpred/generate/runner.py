@@ -17,6 +17,7 @@ from lengthpred.errors import DataError
 from lengthpred.generate import store
 from lengthpred.generate.backends import Backend
 from lengthpred.generate.settings import GenerationSettings, derive_seed
+from lengthpred.integrity import folder_lock
 from lengthpred.prompting import PromptTooLong, encode_prompt
 
 log = logging.getLogger(__name__)
@@ -134,53 +135,55 @@ def run_generation(
     if old is None or old.get("settings") != meta["settings"]:
         store.write_json_atomic(root / "manifest.json", {**(old or {}), **meta})
     sdir = store.shard_dir(root, shard)
-    store.write_json_atomic(sdir / "rejected.json", enc.rejected)
-    for stale in sdir.glob("*.tmp"):
-        stale.unlink()  # a part interrupted mid-write
-    done = store.done_ids(sdir) | set(skip or ())
-    todo = [[i for i in c if i not in done] for c in _chunks(enc.ids, settings.batch_size)]
-    todo = [c for c in todo if c]
-    n_answers = sum(len(c) for c in todo) * settings.num_samples
-    bar = tqdm(total=n_answers, unit="ans", desc=f"generate {settings.backend} shard {shard[0]}/{shard[1]}",
-               disable=not progress, dynamic_ncols=True)
-    new_tokens, t0, generated = 0, time.perf_counter(), 0
+    # one writer per shard folder: a second run of the same shard waits, then skips every part written
+    with folder_lock(sdir):
+        store.write_json_atomic(sdir / "rejected.json", enc.rejected)
+        for stale in sdir.glob("*.tmp"):
+            stale.unlink()  # a part interrupted mid-write (the lock: no other writer is mid-write here)
+        done = store.done_ids(sdir) | set(skip or ())
+        todo = [[i for i in c if i not in done] for c in _chunks(enc.ids, settings.batch_size)]
+        todo = [c for c in todo if c]
+        n_answers = sum(len(c) for c in todo) * settings.num_samples
+        bar = tqdm(total=n_answers, unit="ans", desc=f"generate {settings.backend} shard {shard[0]}/{shard[1]}",
+                   disable=not progress, dynamic_ncols=True)
+        new_tokens, t0, generated = 0, time.perf_counter(), 0
 
-    def write(chunk: list[str], answers: list[list]) -> None:
-        nonlocal new_tokens, generated
-        h = hashlib.sha1(",".join(chunk).encode()).hexdigest()[:8]
-        k = enc.ids.index(chunk[0]) // settings.batch_size
-        rows = []
-        for pid, samples in zip(chunk, answers, strict=True):
-            for j, smp in enumerate(samples):
-                rows.append(dict(
-                    id=pid, sample=j, length=len(smp.token_ids), finish_reason=smp.finish_reason,
-                    text=tokenizer.decode(smp.token_ids, skip_special_tokens=False),
-                    prompt_tokens=len(enc.tokens[pid]), truncated=pid in enc.truncated, token_ids=smp.token_ids,
-                ))
-        store.write_part(sdir / f"part-{k:05d}-{h}.parquet", rows)
-        if on_part is not None:
-            on_part(rows)
-        generated += len(chunk)
-        new_tokens += sum(r["length"] for r in rows)
-        bar.update(len(rows))
-        bar.set_postfix_str(f"{new_tokens / (time.perf_counter() - t0):.1f} tok/s")
-
-    if settings.in_flight > 0 and hasattr(backend, "stream"):
-        part_of = {pid: c for c, chunk in enumerate(todo) for pid in chunk}
-        waiting = [set(chunk) for chunk in todo]
-        got: dict[str, list] = {}
-        items = ((pid, enc.tokens[pid]) for chunk in todo for pid in chunk)
-        for pid, samples in backend.stream(items, settings.in_flight):
-            got[pid] = samples
-            c = part_of[pid]
-            waiting[c].discard(pid)
-            if not waiting[c]:
-                write(todo[c], [got.pop(i) for i in todo[c]])
-    else:
-        for chunk in todo:
+        def write(chunk: list[str], answers: list[list]) -> None:
+            nonlocal new_tokens, generated
             h = hashlib.sha1(",".join(chunk).encode()).hexdigest()[:8]
-            write(chunk, backend.generate([enc.tokens[i] for i in chunk], chunk, derive_seed(settings.seed, h)))
-    bar.close()
+            k = enc.ids.index(chunk[0]) // settings.batch_size
+            rows = []
+            for pid, samples in zip(chunk, answers, strict=True):
+                for j, smp in enumerate(samples):
+                    rows.append(dict(
+                        id=pid, sample=j, length=len(smp.token_ids), finish_reason=smp.finish_reason,
+                        text=tokenizer.decode(smp.token_ids, skip_special_tokens=False),
+                        prompt_tokens=len(enc.tokens[pid]), truncated=pid in enc.truncated, token_ids=smp.token_ids,
+                    ))
+            store.write_part(sdir / f"part-{k:05d}-{h}.parquet", rows)
+            if on_part is not None:
+                on_part(rows)
+            generated += len(chunk)
+            new_tokens += sum(r["length"] for r in rows)
+            bar.update(len(rows))
+            bar.set_postfix_str(f"{new_tokens / (time.perf_counter() - t0):.1f} tok/s")
+
+        if settings.in_flight > 0 and hasattr(backend, "stream"):
+            part_of = {pid: c for c, chunk in enumerate(todo) for pid in chunk}
+            waiting = [set(chunk) for chunk in todo]
+            got: dict[str, list] = {}
+            items = ((pid, enc.tokens[pid]) for chunk in todo for pid in chunk)
+            for pid, samples in backend.stream(items, settings.in_flight):
+                got[pid] = samples
+                c = part_of[pid]
+                waiting[c].discard(pid)
+                if not waiting[c]:
+                    write(todo[c], [got.pop(i) for i in todo[c]])
+        else:
+            for chunk in todo:
+                h = hashlib.sha1(",".join(chunk).encode()).hexdigest()[:8]
+                write(chunk, backend.generate([enc.tokens[i] for i in chunk], chunk, derive_seed(settings.seed, h)))
+        bar.close()
     seconds = time.perf_counter() - t0
     merged = try_merge(prompts, root, settings, shard[1])
     domain = dict(zip(prompts["id"], prompts["domain"], strict=True)) if "domain" in prompts.column_names else {}

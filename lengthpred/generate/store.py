@@ -3,6 +3,8 @@
     data/generations/<model>/<data.name>/<settings-hash>/
         manifest.json                 settings, model, data name, counts (after merge)
         shard-<i>-of-<n>/part-<k>-<h>.parquet   one row per (id, sample), written tmp → rename
+        shard-<i>-of-<n>/part-<k>-<h>.parquet.sha256   its checksum: a part that fails it (or cannot be
+                                      read) is moved aside as `.bad` and its prompts are generated again
         shard-<i>-of-<n>/rejected.json          {id: reason} prompts not generated (empty, too long)
         merged/                       HF datasets folder: every part, checked for duplicates and gaps
 """
@@ -23,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lengthpred.errors import DataError
+from lengthpred.integrity import atomic_write_text, folder_lock, publish, quarantine, temp_path, verify
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +42,7 @@ def shard_dir(root: Path, shard: tuple[int, int]) -> Path:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=True))
 
 
 def read_json(path: Path, default: Any = None) -> Any:
@@ -50,12 +50,29 @@ def read_json(path: Path, default: Any = None) -> Any:
 
 
 def write_part(path: Path, rows: list[dict]) -> None:
-    """One part file, atomically: a crash leaves either the whole part or nothing (a stray .tmp)."""
+    """One part file, atomically, with its checksum: a crash leaves either the whole part or nothing (a stray
+    temp file of this writer)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temp_path(path)
     pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    publish(tmp, path)
+
+
+def _intact(files: list[Path]) -> list[tuple[Path, pa.Table]]:
+    """(file, table) of each part that passes its checksum and reads; one that fails is moved aside (one
+    line naming it) and its prompts count as not generated."""
+    out = []
+    for f in files:
+        why = "checksum mismatch (the file changed after it was written)" if verify(f) is False else None
+        if why is None:
+            try:
+                out.append((f, pq.read_table(f, schema=SCHEMA)))
+                continue
+            except (OSError, pa.ArrowException) as e:
+                why = f"unreadable ({e.__class__.__name__})"
+        quarantine(f, why)
+    return out
 
 
 def part_files(root: Path) -> list[Path]:
@@ -63,10 +80,10 @@ def part_files(root: Path) -> list[Path]:
 
 
 def done_ids(folder: Path) -> set[str]:
-    """Prompt ids that already have a part file under `folder` (a shard folder or the run root)."""
+    """Prompt ids that already have an intact part file under `folder` (a shard folder or the run root)."""
     ids: set[str] = set()
-    for f in sorted(folder.rglob("part-*.parquet")):
-        ids.update(pq.read_table(f, columns=["id"]).column("id").to_pylist())
+    for _, table in _intact(sorted(folder.rglob("part-*.parquet"))):
+        ids.update(table.column("id").to_pylist())
     return ids
 
 
@@ -78,10 +95,10 @@ def rejected(root: Path) -> dict[str, str]:
 
 
 def read_parts(root: Path) -> pa.Table:
-    files = part_files(root)
-    if not files:
+    parts = _intact(part_files(root))
+    if not parts:
         raise DataError(f"no generation parts under {root}; run scripts/generate.py first")
-    return pa.concat_tables([pq.read_table(f, schema=SCHEMA) for f in files])
+    return pa.concat_tables([t for _, t in parts])
 
 
 def check_complete(table: pa.Table, expected_ids: Iterable[str], num_samples: int) -> list[str]:
@@ -108,6 +125,12 @@ def merge(root: Path, expected_ids: Iterable[str], num_samples: int, manifest_ex
     duplicates and gaps; update the manifest with counts. Raises DataError naming the problem."""
     import datasets
 
+    with folder_lock(root, ".merge.lock"):  # two shards finishing together: one merges, then the other
+        return _merge(datasets, root, expected_ids, num_samples, manifest_extra)
+
+
+def _merge(datasets: Any, root: Path, expected_ids: Iterable[str], num_samples: int,
+           manifest_extra: Mapping | None):
     table = read_parts(root)
     expected = sorted(set(expected_ids))
     problems = check_complete(table, expected, num_samples)
@@ -116,8 +139,7 @@ def merge(root: Path, expected_ids: Iterable[str], num_samples: int, manifest_ex
     table = table.filter(pc.is_in(table.column("id"), value_set=pa.array(expected, pa.string())))
     table = table.sort_by([("id", "ascending"), ("sample", "ascending")])
     ds = datasets.Dataset(table)
-    tmp = root / "merged.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = temp_path(root / "merged")
     ds.save_to_disk(str(tmp))
     shutil.rmtree(root / "merged", ignore_errors=True)
     os.replace(tmp, root / "merged")

@@ -7,10 +7,14 @@ Nothing here reaches a model hub unless the spec names an HF id. transformers is
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import os
+import shutil
 from pathlib import Path
 
 from lengthpred.errors import ModelError
+from lengthpred.integrity import atomic_write_text, file_digest, locked, quarantine, temp_path
 from lengthpred.models.specs import ModelSpec, _package_dir, embedded_serving_spec
 from lengthpred.paths import resolve
 
@@ -28,27 +32,81 @@ def _gguf_source(spec: ModelSpec) -> tuple[Path, str] | None:
     return src_dir, spec.gguf_file
 
 
+CHECKSUMS = "checksums.json"  # file name -> sha256 of every file of a dequantised cache, written with it
+_VERIFIED: set[Path] = set()  # caches checked in this process (a stage loads the model and tokenizer)
+
+
 def _cache_ready(cache: Path) -> bool:
     return (cache / "config.json").is_file() and any(cache.glob("*.safetensors")) and (
         cache / "tokenizer_config.json"
     ).is_file()
 
 
+def _write_checksums(folder: Path) -> None:
+    sums = {p.name: file_digest(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != CHECKSUMS}
+    atomic_write_text(folder / CHECKSUMS, json.dumps(sums, indent=1, sort_keys=True))
+
+
+def _cache_damage(cache: Path) -> str | None:
+    """The first file of a cache that differs from its checksum (or is gone), else None; a cache from before
+    checksums gets them now."""
+    sums_file = cache / CHECKSUMS
+    if not sums_file.is_file():
+        _write_checksums(cache)
+        return None
+    try:
+        sums = json.loads(sums_file.read_text())
+    except ValueError:
+        return CHECKSUMS
+    for name, digest in sums.items():
+        f = cache / name
+        if not f.is_file() or file_digest(f) != digest:
+            return name
+    return None
+
+
+def _verified_cache(cache: Path) -> bool:
+    """True when the cache is complete and every file matches its checksum; a damaged cache is moved aside
+    (`.bad`, one line naming the file) so it is rebuilt."""
+    if cache in _VERIFIED:
+        return True
+    if not _cache_ready(cache):
+        return False
+    bad = _cache_damage(cache)
+    if bad is not None:
+        old = cache.with_name(cache.name + ".bad")
+        shutil.rmtree(old, ignore_errors=True)
+        quarantine(cache, f"{bad} does not match its checksum")
+        return False
+    _VERIFIED.add(cache)
+    return True
+
+
 def convert_gguf(spec: ModelSpec) -> Path:
     """Dequantise a GGUF once and save it as safetensors under `spec.cache_dir` (≈20 s; reload ≈0.1 s).
 
     A GGUF-loaded model refuses `save_pretrained`, so build a fresh model from the GGUF's config,
-    load the dequantised state dict into it and save that.
+    load the dequantised state dict into it and save that. Each file's sha256 is stored with it
+    (`checksums.json`) and checked once per process; a damaged cache is moved aside and rebuilt.
     """
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     src = _gguf_source(spec)
     if src is None or not spec.cache_dir:
         raise ModelError(f"model {spec.name!r}: convert_gguf needs gguf_file and cache_dir")
     cache = resolve(spec.cache_dir)
-    if _cache_ready(cache):
+    if cache in _VERIFIED:
         return cache
+    # one converter per cache: a second process waits, then finds the cache made (or rebuilds a damaged one)
+    with locked(cache.with_name(f".{cache.name}.lock")):
+        if not _verified_cache(cache):
+            _convert(spec, src, cache)
+            _VERIFIED.add(cache)
+    return cache
+
+
+def _convert(spec: ModelSpec, src: tuple[Path, str], cache: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
     src_dir, gguf = src
     log.info("dequantising %s/%s into %s (once)", src_dir, gguf, cache)
     tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=gguf)
@@ -59,11 +117,13 @@ def convert_gguf(spec: ModelSpec) -> Path:
     if missing or unexpected:
         raise ModelError(f"GGUF conversion of {spec.name!r}: missing {missing[:3]} unexpected {unexpected[:3]}")
     fresh.generation_config = loaded.generation_config
-    tmp = cache.with_name(cache.name + ".tmp")
+    tmp = temp_path(cache)  # this writer's own: a crash mid-save leaves no half cache behind
     fresh.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    tmp.rename(cache)  # atomic: a crash mid-save leaves no half cache behind
-    return cache
+    _write_checksums(tmp)
+    if cache.exists():  # an incomplete cache (from before the lock): replaced whole
+        shutil.rmtree(cache)
+    os.replace(tmp, cache)
 
 
 def checkpoint_dir(spec: ModelSpec) -> str:

@@ -3,7 +3,9 @@
 The simulator keeps the waiting queue as a heap on ``waiting_key`` (fixed while a request waits) and,
 for preemptive policies, preempts the running request with the largest ``running_key`` when a waiting
 one has a strictly smaller key and cannot otherwise get in. Keys depend on the request's progress:
-``steps`` (decode steps it has been served) and ``tokens`` (tokens it has generated). Policies with keys
+``steps`` (decode steps it has been served) and ``tokens`` (tokens it has generated). A policy whose
+waiting keys change with time at rates of their own (``ages``, e.g. ``sjf-aging``) gives ``waiting_key_at``;
+the simulator re-keys the waiting queue with it before each admission. Policies with keys
 that change in steps other than through progress ask for re-checks every ``tick`` steps.
 
 A policy whose running keys move by a fixed slope per global step within groups (or by at most that:
@@ -30,6 +32,7 @@ from lengthpred.sched.spec_acceptance import early_estimates
 
 POLICIES: Registry[Any] = Registry("policy")
 _LEVEL = 1e9  # separates MLFQ levels in a float key (arrival times stay far below it)
+AGING_WEIGHT = 300.0  # sjf-aging's weight, tokens² per second (conf/sched/default.yaml says how it was chosen)
 
 
 @dataclass
@@ -55,9 +58,14 @@ class Policy:
     name: str = "policy"
     slopes: tuple[float, ...] | None = None  # key change per global step in each group; set by `bind`
     bounds: tuple[bool, ...] | None = None  # per group: the slope only bounds the change from above
+    ages: bool = False  # waiting keys change with time at rates of their own: re-keyed before each admission
 
     def bind(self, ctx: SchedContext) -> None:
         self.ctx = ctx
+
+    def waiting_key_at(self, i: int, t: float) -> float:
+        """A waiting request's key at time t (policies that `ages`)."""
+        raise NotImplementedError
 
     def segment(self, i: int, steps: int, tokens: float) -> tuple[int, float, int]:
         """For a running request: its group, its `running_key` now, and in how many steps it next changes
@@ -207,7 +215,31 @@ class SRPT(_LengthPolicy):
         return self.ctx.pred[idx] - tokens
 
 
+@POLICIES.register("sjf-aging")
+class AgingSJF(SJF):
+    """SJF with aging relative to the predicted length, against starvation (EWSJF-style; vLLM's scheduling
+    RFCs): a waiting request's key is p − weight · waited / p (p its predicted length in tokens, at least 1;
+    waited in seconds; weight in tokens² per second), so a request climbs the queue by the time it waited
+    measured against how long it is expected to run: short requests age fast, and a long one's key falls
+    without bound, so no request waits for ever. Non-preemptive; the waiting queue is re-keyed before every
+    admission (`ages`), the order a priority queue re-sorted at each step would give."""
+
+    name = "sjf-aging"
+    ages = True
+
+    def __init__(self, *, weight: float = AGING_WEIGHT, oracle: bool = False) -> None:
+        if weight < 0:
+            raise ConfigError(f"sjf-aging weight={weight} must be >= 0")
+        super().__init__(oracle=oracle)
+        self.weight = float(weight)
+
+    def waiting_key_at(self, i: int, t: float) -> float:
+        p = max(self._total(i), 1.0)
+        return p - self.weight * (t - float(self.ctx.arrival[i])) / p
+
+
 POLICIES.register("oracle-sjf")(functools.partial(SJF, oracle=True))
+POLICIES.register("oracle-sjf-aging")(functools.partial(AgingSJF, oracle=True))
 POLICIES.register("oracle-srpt")(functools.partial(SRPT, oracle=True))
 
 

@@ -16,6 +16,14 @@ token budget with prefill (one prompt always fits). When memory runs out, the ru
 worst key is preempted (recompute: its context is prefilled again on re-admission; swap: moved out and
 back at t_swap_token per token). A request that could not fit in KV memory even alone is rejected at
 arrival and counted, never retried. The running batch and its worst key live in `runset` (lazy heaps).
+
+`prefill_first` models a predictor that reads the engine's own prefill (LEAP; `lengthpred.serve`, predictor
+source `engine`): before its prediction exists a request can only be ordered by arrival, so it first runs as
+a one-token prefill request ahead of every decode waiting for a slot (FCFS among prefills); its prediction
+exists when that step ends, and its decode then waits at the policy's key for a slot of its own. A decode
+admitted at that same boundary keeps the slot and the KV it has (no cost); one admitted later re-uses the
+prompt's KV through prefix caching, its admission prefilling only what the full KV blocks of the prompt do
+not hold (P + 1 − block_size·⌊P / block_size⌋ tokens).
 """
 
 from __future__ import annotations
@@ -81,6 +89,7 @@ def simulate(
     watermark: float = 0.01,
     seed: int = 0,
     slowdown: Sequence[tuple[float, float, float]] = (),
+    prefill_first: bool = False,
 ) -> SimResult:
     """Serve `workload` on `profile` under `policy`; `predictor` gives lengths (array aligned with requests,
     or a `Predictor`). `aging` (key units per second waited) lowers a waiting request's key as it waits,
@@ -90,7 +99,9 @@ def simulate(
     what the prefill does not hide (`async`). `horizon` (s) stops the run; default: run until all finish,
     or stop at the last arrival when the offered load is at or above capacity. `slowdown`: sorted, disjoint
     intervals (t0, t1, factor) in which every step takes `factor` times as long (a CPU the server shares
-    with other work, e.g. a predictor's prefill); a jump stops at each interval's edges."""
+    with other work, e.g. a predictor's prefill); a jump stops at each interval's edges. `prefill_first`:
+    the prediction comes from the request's own prefill step (the module docstring); an online predictor is
+    asked when that step ends, not at arrival."""
     if preemption not in ("recompute", "swap"):
         raise ConfigError(f"preemption={preemption!r}; valid: recompute, swap")
     if predictor_mode not in ("sync", "async"):
@@ -101,6 +112,9 @@ def simulate(
     if any(b < a or f <= 0 for a, b, f in slow) or any(slow[i][1] > slow[i + 1][0] for i in range(len(slow) - 1)):
         raise ConfigError("slowdown intervals must be sorted, disjoint (t0 <= t1) and have a factor > 0")
     n = len(workload)
+    if prefill_first and (policy.preemptive or speculative):
+        raise ConfigError(f"prefill_first models a non-preemptive engine without speculative decoding; "
+                          f"policy {policy.name!r}{' with speculative decoding' if speculative else ''} is not one")
     if speculative and workload.accept is None:
         raise DataError("speculative decoding needs per-request acceptance rates (workload.accept)")
     if predictor is None:
@@ -136,11 +150,14 @@ def simulate(
     swap = preemption == "swap"
     preemptive, tick = policy.preemptive, policy.tick
     wkey = policy.waiting_key
+    ages, key_at = policy.ages, policy.waiting_key_at
     on_complete = None if static else predictor.on_complete
     predict = None if static else predictor.predict
 
     steps0, tok0, G0, ver, npre = [0] * n, [0.0] * n, [0] * n, [0] * n, [0] * n
     limit = math.inf if max_preemptions is None else max_preemptions
+    staged = [prefill_first] * n  # still to run its prefill-only first phase (prefill_first)
+    resumed = [-1] * n  # the boundary its prefill phase ended at while its decode phase waits, else -1
     running = make_runset(policy, (G0, steps0, tok0, rate, npre), arr, aging, limit, max_batch)
     add, remove, worst = running.add, running.remove, running.worst
     nan = math.nan
@@ -168,7 +185,7 @@ def simulate(
         if swap:
             extra += t_sw * (P[j] + tok0[j])
             t_preempt += t_sw * (P[j] + tok0[j])
-        k = wkey(j, steps0[j], tok0[j]) + aging * arr[j]
+        k = -math.inf if staged[j] else wkey(j, steps0[j], tok0[j]) + aging * arr[j]
         heapq.heappush(waiting, (k, seq, j))
         seq += 1
 
@@ -178,6 +195,19 @@ def simulate(
         while comp and comp[0][0] <= G:
             _, i, v = heapq.heappop(comp)
             if v != ver[i]:
+                continue
+            if staged[i] and work[i] > 1:  # its prefill step ended: predict, then queue its decode at its key
+                staged[i], resumed[i] = False, G
+                S -= P[i] + tok0[i] - rate[i] * G0[i]
+                steps0[i] += G - G0[i]
+                tok0[i] += rate[i] * (G - G0[i])
+                remove(i)
+                B -= 1
+                R -= rate[i]
+                if predict is not None:
+                    pred[i] = predict(i, t)
+                heapq.heappush(waiting, (wkey(i, steps0[i], tok0[i]) + aging * arr[i], seq, i))
+                seq += 1
                 continue
             finish[i] = t
             remove(i)
@@ -195,6 +225,10 @@ def simulate(
             if (P[i] + Lout[i] + rate[i]) / bs + 1 > m_cap:
                 rejected[i] = True
                 continue
+            if prefill_first:  # no prediction yet: prefills go first, by arrival
+                heapq.heappush(waiting, (-math.inf, seq, i))
+                seq += 1
+                continue
             if predict is not None:
                 pred[i] = predict(i, t)
             heapq.heappush(waiting, (wkey(i, 0, 0.0) + aging * arr[i], seq, i))
@@ -204,17 +238,24 @@ def simulate(
         # KV memory for the next step: preempt the worst running requests until it fits
         while B > 1 and (S + R * (G + 1)) / bs + B > M:
             preempt(worst(G, t)[1])
-        # admission (and preemption for preemptive policies)
+        # admission (and preemption for preemptive policies); keys that age at rates of their own are renewed
+        if ages and len(waiting) > 1:
+            waiting[:] = [(key_at(j, t) + aging * arr[j], s_, j) for _, s_, j in waiting]
+            heapq.heapify(waiting)
         prefill = 0
         while waiting:
             k, _, i = waiting[0]
             if B < max_batch and (S + R * (G + 1) + P[i] + tok0[i] + rate[i]) / bs + B + 1 <= m_cap:
                 pf = 0 if (swap and npre[i]) else P[i] + int(tok0[i])
+                if resumed[i] >= 0:  # the decode phase: its own slot at once, else the prompt's full blocks cached
+                    pf = 0 if resumed[i] == G else pf - bs * (P[i] // bs)
                 if prefill and prefill + pf > budget - B * decode_tokens:
                     break  # this step's token budget is spent
                 heapq.heappop(waiting)
                 prefill += pf
-                if npre[i]:
+                if resumed[i] >= 0:
+                    resumed[i] = -1
+                elif npre[i]:
                     if swap:
                         extra += t_sw * (P[i] + tok0[i])
                         t_preempt += t_sw * (P[i] + tok0[i])
@@ -232,7 +273,7 @@ def simulate(
                 B += 1
                 R += rate[i]
                 S += P[i] + tok0[i] - rate[i] * G
-                heapq.heappush(comp, (G + work[i] - steps0[i], i, ver[i]))
+                heapq.heappush(comp, (G + (1 if staged[i] else work[i] - steps0[i]), i, ver[i]))
                 continue
             if not preemptive or B == 0:
                 break

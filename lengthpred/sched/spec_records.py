@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lengthpred.errors import DataError
+from lengthpred.integrity import temp_path
 from lengthpred.sched.spec_acceptance import emitted
 
 META_KEY = b"lengthpred.spec"
@@ -61,7 +62,7 @@ def write_records(frame: pd.DataFrame, path: str | Path, meta: dict[str, Any]) -
     table = table.replace_schema_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()})
     _check(frame, meta, path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temp_path(path)  # this writer's own
     pq.write_table(table, tmp)
     tmp.replace(path)
     return path

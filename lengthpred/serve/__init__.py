@@ -6,9 +6,12 @@
 Modules, one job each: `workload` (prompts with sampled lengths → requests with arrivals), `engine` (the
 engine protocol and step record), `vllm_engine` (vLLM in-process with priority scheduling), `fake` (known
 step times, for tests), `clock`, `priority` (policy → vLLM priority and the simulator policy),
-`featurize` (the prefill feature row), `predictor` (predictions in the request path, RLS updates),
-`replay` (the loop), `metrics`, `profile_fit` (step times → a `HardwareProfile`), `fidelity` (simulator
-vs real), `experiment` (the comparison grid), `report` (tables, CDF and queue figures). From a config to
+`featurize` (the prefill feature row), `engine_readout` (that row read from the engine's own prefill by a
+forward hook), `predictor` (predictions in the request path, RLS updates), `replay` (the loop), `metrics`,
+`profile_fit` (step times → a `HardwareProfile`), `calibration_check` (is a calibration burst fit to trust?),
+`fidelity` (simulator vs real, step-time drift), `experiment` (the comparison grid), `paired` (gains over FCFS:
+exact sign-flip test, intervals, leave-one-request-out), `report` and `report_stats` (tables, CDF and queue
+figures). From a config to
 these parts: `lengthpred.stages.serve`; scripts/serve.py is the entry point. vLLM and matplotlib are
 imported lazily.
 """

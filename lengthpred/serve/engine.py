@@ -5,12 +5,16 @@ request id: vLLM's `scheduling_policy="priority"` order) and advances by `step()
 `StepInfo`: the tokens each request produced and which finished, plus what the scheduler ran in that step
 (the inputs of the step-time fit, `lengthpred.serve.profile_fit`) and the queue it left behind.
 Two engines implement it: `VLLMEngine` (vLLM in-process) and `FakeEngine` (known step times, for tests).
+An engine may also offer `reprioritize(key)`, re-setting its waiting requests' priorities (`key(request id)`)
+for the aging policies; the fake engine does, vLLM (which fixes a priority at `add`) does not here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Protocol
+
+import numpy as np
 
 from lengthpred.errors import LengthpredError
 
@@ -43,17 +47,33 @@ class StepInfo:
     n_waiting: int = 0  # requests in the engine's waiting queue after the step
     n_running: int = 0  # requests running after the step
     n_preempted: int = 0  # requests evicted in this step
+    token_ids: dict[str, list[int]] = field(default_factory=dict)  # request id → the token ids produced this step
+    captured: dict[str, np.ndarray] = field(default_factory=dict)  # request id → its prompt's hidden state (capture)
 
 
 class Engine(Protocol):
     name: str
     limits: EngineLimits
 
-    def add(self, rid: str, prompt_ids: list[int], max_tokens: int, priority: int, arrival_time: float) -> None:
-        """Queue one request that must generate exactly `max_tokens` tokens; raise RequestRejected."""
+    def add(self, rid: str, prompt_ids: list[int], max_tokens: int, priority: int, arrival_time: float, *,
+            capture: bool = False, cache_salt: str | None = None) -> None:
+        """Queue one request that must generate exactly `max_tokens` tokens; raise RequestRejected.
+        `capture`: report its prompt's hidden state at the predictor's layer in the step that prefills its
+        last prompt token (`StepInfo.captured`; an engine built with a capture layer). `cache_salt`: requests
+        with the same salt may share cached prompt KV (prefix caching); by default none share."""
         ...
 
     def step(self) -> StepInfo: ...
+
+    def waiting_keys(self) -> list[tuple[int, float]]:
+        """(priority, arrival time) of every request waiting in the engine."""
+        ...
+
+    def n_running(self) -> int: ...
+
+    def set_priority(self, rid: str, priority: int) -> None:
+        """A running request's priority from now on (the order in which memory pressure would evict)."""
+        ...
 
     def has_unfinished(self) -> bool: ...
 

@@ -30,12 +30,13 @@ import pandas as pd
 
 from lengthpred.errors import DataError
 from lengthpred.sched.workload import capacity
+from lengthpred.serve.calibration_check import CalibrationCheck, CheckBounds, check_calibration, run_drifts
 from lengthpred.serve.clock import WallClock
 from lengthpred.serve.engine import Engine, EngineLimits
 from lengthpred.serve.fidelity import contention_factor, errors, sim_metrics, simulate_run, step_residuals
 from lengthpred.serve.metrics import SLO, blank_latencies, overloaded, real_run_metrics
 from lengthpred.serve.predictor import NoPredictor
-from lengthpred.serve.priority import by_sim_policy, get_policy
+from lengthpred.serve.priority import AGING_WEIGHT, by_sim_policy, get_policy
 from lengthpred.serve.profile_fit import ProfileFit, fit_profile
 from lengthpred.serve.replay import STEP_COLUMNS, RunLog, replay
 from lengthpred.serve.workload import PromptPool, draw_requests, make_requests, unit_arrivals
@@ -58,6 +59,10 @@ class ServeSettings:
     calibration_requests: int = 24
     horizon_factor: float = 3.0  # a run stops at last arrival + this × (n_requests / capacity)
     fit_skip: int = 2  # warm-up steps left out of the fit
+    drift_bound: float = 0.05  # a run whose steps ran more than this fraction off the profile is flagged
+    check: CheckBounds = field(default_factory=CheckBounds)  # is the calibration burst fit to trust?
+    recheck_requests: int = 8  # the quick re-measure burst after the calibration (0: none)
+    aging_weight: float = AGING_WEIGHT  # the aging policies' weight (tokens² per second)
     sim: dict[str, Any] = field(default_factory=dict)
 
 
@@ -75,16 +80,33 @@ class GridResult:
     calibration: RunLog | None = None
     overload: list[dict] = field(default_factory=list)
     fidelity_no_contention: pd.DataFrame = field(default_factory=pd.DataFrame)  # live-predictor runs, uncorrected
+    check: CalibrationCheck | None = None  # the calibration burst's check (None: a profile given, or not stored)
+    drift: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run: step-time drift from the profile
 
 
-def calibrate(engine: Engine, pool: PromptPool, s: ServeSettings, clock: Any) -> tuple[ProfileFit, RunLog]:
-    """A burst of `calibration_requests` at t = 0 (FCFS) and the profile fitted on its steps."""
+def calibrate(engine: Engine, pool: PromptPool, s: ServeSettings, clock: Any
+              ) -> tuple[ProfileFit, RunLog, CalibrationCheck | None]:
+    """A burst of `calibration_requests` at t = 0 (FCFS), a short re-measure burst, the check of both
+    (`lengthpred.serve.calibration_check`: refused with one line when `s.check.on_fail` = refuse) and the
+    profile: the robust fit when checked, the plain NNLS fit when the check is off."""
     picks = draw_requests(pool, s.calibration_requests, seed=10_000)
     reqs = make_requests(pool, picks, np.zeros(len(picks)), tag="calib")
     run = replay(reqs, engine, get_policy("fcfs"), NoPredictor(), clock)
-    fit = fit_profile([run.steps], engine.limits, name=f"fitted-{engine.name}", skip=s.fit_skip,
-                      source=f"{engine.name}: calibration burst of {len(reqs)} requests")
-    return fit, run
+    name, source = f"fitted-{engine.name}", f"{engine.name}: calibration burst of {len(reqs)} requests"
+    if s.check.on_fail == "off":
+        return fit_profile([run.steps], engine.limits, name=name, skip=s.fit_skip, source=source), run, None
+    recheck = None
+    if s.recheck_requests > 0:
+        picks = draw_requests(pool, s.recheck_requests, seed=10_001)
+        reqs = make_requests(pool, picks, np.zeros(len(picks)), tag="recheck")
+        recheck = replay(reqs, engine, get_policy("fcfs"), NoPredictor(), clock).steps
+    chk = check_calibration(run.steps, engine.limits, s.check, recheck=recheck, skip=s.fit_skip, name=name,
+                            source=source)
+    if not chk.ok and s.check.on_fail == "refuse":
+        raise DataError(f"{chk.reason}; rerun on a quiet machine or set serve.calibration_check.on_fail=warn")
+    if not chk.ok:
+        log.warning("%s", chk.reason)
+    return chk.robust, run, chk
 
 
 def pool_capacity(fit: ProfileFit, pool: PromptPool) -> float:
@@ -106,7 +128,7 @@ def _serve_one(engine: Engine, pool: PromptPool, s: ServeSettings, name: str, la
                picks: list, arrivals: np.ndarray, seed: int, load: float, cap: float, fit: ProfileFit,
                clock: Any) -> _Run:
     """One run: replay, metrics, overload check, and its simulation on the calibration profile."""
-    pol = get_policy(name)
+    pol = get_policy(name, s.aging_weight)
     reqs = make_requests(pool, picks, arrivals, tag=f"s{seed}-l{load:g}-{name}")
     horizon = float(arrivals[-1] + s.horizon_factor * s.n_requests / cap)
     try:
@@ -146,9 +168,11 @@ def run_grid(engine: Engine, pool: PromptPool, s: ServeSettings,
     """The whole comparison. `make_predictor(policy)` gives (predictor label, a fresh predictor) for one run."""
     clock = clock or WallClock()
     say = progress or log.info
-    cal = None
+    cal, chk = None, None
     if fit is None:
-        fit, cal = calibrate(engine, pool, s, clock)
+        fit, cal, chk = calibrate(engine, pool, s, clock)
+        if chk is not None:
+            say(chk.reason)
         say(f"calibration: {len(cal.requests)} requests, {fit.n_steps} steps fitted, R²={fit.r2:.3f}, "
             f"rel. RMSE {fit.rel_rmse:.1%}")
     cap = pool_capacity(fit, pool)
@@ -165,7 +189,7 @@ def run_grid(engine: Engine, pool: PromptPool, s: ServeSettings,
                 done.append(_serve_one(engine, pool, s, name, label, predictor, picks, unit / (load * cap), seed,
                                        load, cap, fit, clock))
                 say(_describe(done[-1], cap))
-    return _collect(done, engine, s, fit, cap, cal)
+    return _collect(done, engine, s, fit, cap, cal, chk)
 
 
 def _waited_for_predictions(r: _Run) -> bool:
@@ -184,7 +208,7 @@ def _with_contention(done: list[_Run], s: ServeSettings, fit: ProfileFit) -> pd.
         others = [done[j].log.steps for j in live if j != i] or [done[i].log.steps]
         f = contention_factor(others, fit.profile, s.fit_skip)
         r = done[i]
-        r.sim_requests = simulate_run(r.log.requests, by_sim_policy(r.key["policy"]), fit.profile, s.sim, f)
+        r.sim_requests = simulate_run(r.log.requests, by_sim_policy(r.key["policy"], s.aging_weight), fit.profile, s.sim, f)
         sm = sim_metrics(r.sim_requests, s.slo)
         r.sim = blank_latencies(sm) if r.overload else sm
         r.sim["contention"] = f
@@ -192,7 +216,7 @@ def _with_contention(done: list[_Run], s: ServeSettings, fit: ProfileFit) -> pd.
 
 
 def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit, cap: float,
-             cal: RunLog | None) -> GridResult:
+             cal: RunLog | None, chk: CalibrationCheck | None = None) -> GridResult:
     sim_name = f"sim:{fit.profile.name}"
     fid_plain = _with_contention(done, s, fit)
     rows = []
@@ -200,7 +224,9 @@ def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit
         rows += [(engine.name, s.data, *r.key.values(), k, v) for k, v in r.real.items()]
         rows += [(sim_name, s.data, *r.key.values(), k, v) for k, v in r.sim.items()]
     runs = pd.DataFrame(rows, columns=["hardware", "data", *KEYS, "metric", "value"])
-    fid = pd.DataFrame([{**r.key, **e} for r in done if not r.overload for e in errors(r.real, r.sim)])
+    drift = run_drifts([(r.key, r.log.steps) for r in done], fit, s.fit_skip, s.drift_bound)
+    fid = pd.DataFrame([{**r.key, **e, **drift.iloc[i][["drift", "drifting"]].to_dict()}
+                        for i, r in enumerate(done) if not r.overload for e in errors(r.real, r.sim)])
     requests = pd.concat([r.log.requests.assign(**r.key, sim_first_token=r.sim_requests["first_token"],
                                                 sim_finish=r.sim_requests["finish"]) for r in done],
                          ignore_index=True) if done else pd.DataFrame()
@@ -217,11 +243,11 @@ def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit
         f_all = contention_factor(live, fit_all.profile, s.fit_skip) if live else 1.0
         fid_all = pd.DataFrame([
             {**r.key, **e} for r in done if not r.overload
-            for e in errors(r.real, sim_metrics(simulate_run(r.log.requests, by_sim_policy(r.key["policy"]),
+            for e in errors(r.real, sim_metrics(simulate_run(r.log.requests, by_sim_policy(r.key["policy"], s.aging_weight),
                                                              fit_all.profile, s.sim, f_all), s.slo))])
     resid = step_residuals(steps, fit.profile) if len(steps) else pd.DataFrame()
     return GridResult(runs, requests, steps, fid, fid_all, resid, fit, fit_all, cap, cal,
-                      [r.overload for r in done if r.overload], fid_plain)
+                      [r.overload for r in done if r.overload], fid_plain, chk, drift)
 
 
 def resimulate(requests: pd.DataFrame, steps: pd.DataFrame, runs: pd.DataFrame, engine_name: str,
@@ -240,7 +266,7 @@ def resimulate(requests: pd.DataFrame, steps: pd.DataFrame, runs: pd.DataFrame, 
             raise DataError(f"no measured metrics for run {k} in the stored serve_runs")
         st = steps.loc[(steps[KEYS] == pd.Series(k)).all(axis=1), STEP_COLUMNS].reset_index(drop=True)
         reqs = r.drop(columns=[*KEYS, "sim_first_token", "sim_finish"], errors="ignore").reset_index(drop=True)
-        pol = by_sim_policy(k["policy"])
+        pol = by_sim_policy(k["policy"], s.aging_weight)
         simr = simulate_run(reqs, pol, fit.profile, s.sim)
         sm = sim_metrics(simr, s.slo)
         ov = None
@@ -248,8 +274,27 @@ def resimulate(requests: pd.DataFrame, steps: pd.DataFrame, runs: pd.DataFrame, 
             sm = blank_latencies(sm)
             ov = {**k, "offered_rate": m.get("offered_load", math.nan) * cap, "capacity": cap, "horizon_hit": math.nan}
         log_ = RunLog(reqs, st, {}, False, float(np.nanmax(reqs["finish"])) if reqs["finish"].notna().any() else 0.0)
+        # statistics added since the run was stored, from its requests and steps; the stored ones as measured
+        new = real_run_metrics(reqs, st, log_.end, s.slo)
+        m = {**new, **m, **_goodput_at(new, m, reqs)}
+        if m.get("overload", 0.0) >= 1:
+            m = blank_latencies(m)
         done.append(_Run(k, log_, m, sm, simr, ov))
-    return _collect(done, _StoredEngine(engine_name, limits), s, fit, cap, calibration)
+    chk = None
+    if calibration is not None and s.check.on_fail != "off":  # checked again (no re-measure was stored)
+        chk = check_calibration(calibration.steps, limits, s.check, skip=s.fit_skip, name=fit.profile.name)
+    return _collect(done, _StoredEngine(engine_name, limits), s, fit, cap, calibration, chk)
+
+
+def _goodput_at(new: dict[str, float], stored: dict[str, float], reqs: pd.DataFrame) -> dict[str, float]:
+    """Goodput and SLO attainment of a stored run at the current SLO (`new`: recomputed from its requests),
+    over the run's own span (output tokens of finished requests / its stored throughput)."""
+    thr = stored.get("throughput", math.nan)
+    toks = float(reqs.loc[reqs["status"] == "finished", "output_tokens"].sum())
+    span = toks / thr if thr and math.isfinite(thr) and thr > 0 else math.nan
+    att = new["slo_attainment"]
+    accepted = float((reqs["status"] != "rejected").sum())
+    return {"slo_attainment": att, "goodput": att * accepted / span if math.isfinite(span) else math.nan}
 
 
 @dataclass
@@ -260,9 +305,14 @@ class _StoredEngine:
 
 def fidelity_summary(fid: pd.DataFrame) -> pd.DataFrame:
     """Per (load, policy, predictor, metric): mean real and simulated value over repeats, mean signed
-    error, mean and max absolute error."""
+    error, and the per-run absolute errors' mean and worst (`abs_err`, `max_abs_err`: errors of single runs,
+    which cannot cancel, not the error of the averages); the range of the runs' step-time drift and how
+    many runs drifted beyond the bound."""
     if fid.empty:
         return fid
     g = fid.groupby(["load", "policy", "predictor", "metric"], sort=True)
-    return g.agg(real=("real", "mean"), sim=("sim", "mean"), signed_err=("signed_err", "mean"),
-                 abs_err=("abs_err", "mean"), max_abs_err=("abs_err", "max"), n=("seed", "size")).reset_index()
+    agg = dict(real=("real", "mean"), sim=("sim", "mean"), signed_err=("signed_err", "mean"),
+               abs_err=("abs_err", "mean"), max_abs_err=("abs_err", "max"), n=("seed", "size"))
+    if "drift" in fid.columns:
+        agg.update(drift_min=("drift", "min"), drift_max=("drift", "max"), n_drifting=("drifting", "sum"))
+    return g.agg(**agg).reset_index()

@@ -8,6 +8,9 @@ Errors are signed (sim − real) / real and absolute, per run and metric (`FIDEL
 A live predictor's prefill shares the CPU with the engine: `contention_factor` measures how much slower
 the engine's steps ran while a prediction was in flight, and the replay slows the simulator's steps by it
 over the run's own prediction intervals (`busy_intervals`).
+`step_drift` is how much faster or slower the engine's steps ran in one run than the profile says (measured
+over modelled step time on steps without a prediction in flight): the fidelity table flags a run whose drift
+exceeds a stated bound, since queueing turns a few percent of step time into a larger TTFT error.
 `step_residuals` shows where the step-time model misses: measured against modelled step time per regime
 (decode-only steps by batch size, steps that prefill).
 """
@@ -31,8 +34,9 @@ from lengthpred.serve.metrics import SLO, latency_metrics
 from lengthpred.serve.priority import ServePolicy
 from lengthpred.serve.profile_fit import model_step_times, step_durations
 
-FIDELITY_METRICS = ("per_token_latency_mean", "per_token_latency_p90", "ttft_mean", "ttft_p90", "jct_mean",
-                    "jct_p90", "tpot_mean")
+FIDELITY_METRICS = tuple(f"{m}_{s}" for m in ("per_token_latency", "ttft", "jct", "tpot")
+                         for s in ("mean", "p50", "p90", "p99")) + (
+    "per_token_latency_mean_short", "per_token_latency_mean_long", "ttft_max", "jct_max", "slo_attainment")
 
 
 def busy_intervals(requests: pd.DataFrame, factor: float) -> list[tuple[float, float, float]]:
@@ -71,6 +75,21 @@ def contention_factor(steps: Sequence[pd.DataFrame], profile: HardwareProfile, s
     return float((sums[0, 0] / sums[0, 1]) / (sums[1, 0] / sums[1, 1]))
 
 
+def step_drift(steps: pd.DataFrame, profile: HardwareProfile, skip: int = 2) -> float:
+    """Measured / modelled time of a run's steps (after `skip` warm-up steps; steps that scheduled nothing or
+    overlapped a live prediction left out): 1.03 = the engine ran 3% slower than the profile. NaN when no
+    step qualifies."""
+    s = steps.iloc[skip:]
+    s = s[s["batch"] > 0]
+    if "n_predicting" in s.columns:
+        s = s[s["n_predicting"] == 0]
+    if s.empty:
+        return math.nan
+    d, m = step_durations(s), model_step_times(s, profile)
+    ok = np.isfinite(d) & (m > 0)
+    return float(d[ok].sum() / m[ok].sum()) if ok.any() else math.nan
+
+
 def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareProfile,
                  sim: dict[str, Any] | None = None, contention: float = 1.0) -> pd.DataFrame:
     """The run's requests with simulated `first_token` and `finish` (NaN for requests the engine rejected
@@ -83,16 +102,19 @@ def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareP
         return out
     idx = np.flatnonzero(ok)
     # the engine admits at step boundaries; the simulator does the same from the time the request could
-    # first have entered (ready), not from when the loop added it (just after a boundary: one step late)
-    idx = idx[np.argsort(r["ready"].to_numpy(float)[idx], kind="stable")]
-    wl = Workload(r["ready"].to_numpy(float)[idx], r["prompt_tokens"].to_numpy()[idx],
-                  np.maximum(r["target_tokens"].to_numpy()[idx], 1))
-    pol = make_policy(policy.sim_policy)
+    # first have entered (ready), not from when the loop added it (just after a boundary: one step late).
+    # A prediction read from the engine's own prefill is made inside the simulated engine too (prefill_first):
+    # those requests enter at arrival
+    staged = bool(r["prefill_first"].any()) if "prefill_first" in r.columns else False
+    enter = r["arrival" if staged else "ready"].to_numpy(float)
+    idx = idx[np.argsort(enter[idx], kind="stable")]
+    wl = Workload(enter[idx], r["prompt_tokens"].to_numpy()[idx], np.maximum(r["target_tokens"].to_numpy()[idx], 1))
+    pol = make_policy(policy.sim_policy, **policy.sim_kwargs())
     pred = ArrayPredictor(r["priority"].to_numpy(float)[idx], name="priority") if pol.needs_prediction else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # overload is judged on the real run (lengthpred.serve.metrics)
         res = simulate(wl, profile, pol, pred, **{"max_preemptions": None, "horizon": math.inf, **(sim or {})},
-                       slowdown=busy_intervals(r, contention))
+                       slowdown=[] if staged else busy_intervals(r, contention), prefill_first=staged)
     ft, fin = np.full(len(r), math.nan), np.full(len(r), math.nan)
     ft[idx], fin[idx] = res.first_token, res.finish
     return out.assign(first_token=ft, finish=fin, output_tokens=np.where(np.isfinite(fin), out["target_tokens"], 0))

@@ -4,7 +4,12 @@ Latencies are over finished requests (s): per-token latency = (finish − arriva
 first token − arrival, TPOT = (finish − first token) / (output − 1) (requests of ≥ 2 tokens), JCT =
 finish − arrival. Throughput is output tokens of finished requests per second of the run's span (first
 arrival to the end); goodput is requests per second that finished within both SLOs (TTFT ≤ `ttft_s`, TPOT
-≤ `tpot_s`), and `slo_attainment` their share of the requests the engine accepted. A run whose offered load
+≤ `tpot_s`), and `slo_attainment` their share of the requests the engine accepted. Per-token latency divides
+by the answer's length, so its mean is ruled by the shortest answers: answers under `short_tokens` get their
+own mean (`per_token_latency_mean_short`, the rest `_long`, counted by `n_short`). Starvation: `ttft_max`
+(the longest wait for a first token) and `jct_max`. Inter-token latency (`itl_*`, real runs only: it needs
+the engine's step times) pools every gap between two tokens of a request, as `vllm bench serve` reports it;
+TPOT is the per-request mean gap. A run whose offered load
 the machine cannot sustain is `overload` = 1 and reports no latencies (`blank_latencies`): above capacity a
 latency measures how long the run was, not the server.
 """
@@ -21,7 +26,9 @@ LATENCY_METRICS = ("per_token_latency", "ttft", "tpot", "jct")
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 # metric → True when higher is better (the ↑/↓ of printed tables)
 HIGHER_IS_BETTER = {
-    **{f"{m}_{s}": False for m in LATENCY_METRICS for s in ("mean", *QUANTILES)},
+    **{f"{m}_{s}": False for m in (*LATENCY_METRICS, "itl") for s in ("mean", *QUANTILES)},
+    "ttft_max": False, "jct_max": False, "per_token_latency_mean_short": False, "per_token_latency_mean_long": False,
+    "n_short": False,
     "throughput": True, "goodput": True, "slo_attainment": True, "n_finished": True, "n_rejected": False,
     "n_unfinished": False, "overload": False, "offered_load": False, "queue_mean": False, "queue_max": False,
     "batch_mean": True, "prediction_wait_mean": False, "prediction_wait_p99": False,
@@ -32,6 +39,7 @@ HIGHER_IS_BETTER = {
 class SLO:
     ttft_s: float = 10.0
     tpot_s: float = 0.5
+    short_tokens: int = 16  # answers under this many tokens get their own per-token latency mean
 
 
 def _q(x: np.ndarray, p: float) -> float:
@@ -60,10 +68,17 @@ def latency_metrics(arrival: np.ndarray, first_token: np.ndarray, finish: np.nda
     good = int(np.sum((ttft <= slo.ttft_s) & (tpot_all <= slo.tpot_s)))
     accepted = int((~rejected).sum())
     m = {}
-    m.update(_spread("per_token_latency", jct / out_d if len(jct) else jct))
+    ptl = jct / out_d if len(jct) else jct
+    m.update(_spread("per_token_latency", ptl))
     m.update(_spread("ttft", ttft))
     m.update(_spread("tpot", tpot))
     m.update(_spread("jct", jct))
+    short = out_d < slo.short_tokens
+    m["per_token_latency_mean_short"] = float(ptl[short].mean()) if short.any() else math.nan
+    m["per_token_latency_mean_long"] = float(ptl[~short].mean()) if (~short).any() else math.nan
+    m["n_short"] = float(short.sum())
+    m["ttft_max"] = float(ttft.max()) if len(ttft) else math.nan
+    m["jct_max"] = float(jct.max()) if len(jct) else math.nan
     m["throughput"] = float(out_d.sum() / span) if span and span > 0 else math.nan
     m["goodput"] = good / span if span and span > 0 else math.nan
     m["slo_attainment"] = good / accepted if accepted else math.nan
@@ -75,8 +90,9 @@ def latency_metrics(arrival: np.ndarray, first_token: np.ndarray, finish: np.nda
 
 def blank_latencies(m: dict[str, float]) -> dict[str, float]:
     """The same metrics with every latency, throughput and goodput set to NaN (an overloaded run)."""
-    gone = {f"{k}_{s}" for k in LATENCY_METRICS for s in ("mean", *QUANTILES)} | {"throughput", "goodput",
-                                                                                   "slo_attainment"}
+    gone = {f"{k}_{s}" for k in (*LATENCY_METRICS, "itl") for s in ("mean", *QUANTILES)} | {
+        "throughput", "goodput", "slo_attainment", "ttft_max", "jct_max", "per_token_latency_mean_short",
+        "per_token_latency_mean_long"}
     return {k: (math.nan if k in gone else v) for k, v in m.items()}
 
 
@@ -91,6 +107,19 @@ def queue_metrics(steps: pd.DataFrame) -> dict[str, float]:
             "batch_mean": float(np.average(steps["batch"].to_numpy(float), weights=w))}
 
 
+def itl_metrics(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
+    """Inter-token latency of the finished requests: every gap between consecutive tokens of one request,
+    pooled over the run (mean, p50, p90, p99). Without preemption a running request makes one token per
+    engine step, so its tokens are the ends of the steps from its first token to its finish."""
+    ok = (requests["status"] == "finished").to_numpy() & np.isfinite(requests["first_token"].to_numpy(float))
+    ends = np.sort(steps["t_end"].to_numpy(float)) if len(steps) else np.zeros(0)
+    gaps = []
+    for a, b in zip(requests["first_token"].to_numpy(float)[ok], requests["finish"].to_numpy(float)[ok], strict=True):
+        lo, hi = np.searchsorted(ends, a - 1e-9, "left"), np.searchsorted(ends, b + 1e-9, "right")
+        gaps.append(np.diff(ends[lo:hi]))
+    return _spread("itl", np.concatenate(gaps) if gaps else np.zeros(0))
+
+
 def real_run_metrics(requests: pd.DataFrame, steps: pd.DataFrame, end: float, slo: SLO) -> dict[str, float]:
     """Metrics of a replayed run (`lengthpred.serve.replay.RunLog` frames), with its queue and the time
     requests waited for a prediction."""
@@ -98,6 +127,7 @@ def real_run_metrics(requests: pd.DataFrame, steps: pd.DataFrame, end: float, sl
     m = latency_metrics(r["arrival"], r["first_token"], r["finish"], r["output_tokens"], r["status"] == "rejected",
                         end=end, slo=slo)
     m.update(queue_metrics(steps))
+    m.update(itl_metrics(requests, steps))
     wait = (r["ready"] - r["arrival"]).to_numpy(float)
     wait = wait[np.isfinite(wait)]
     m["prediction_wait_mean"] = float(wait.mean()) if len(wait) else math.nan

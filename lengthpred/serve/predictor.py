@@ -10,6 +10,9 @@ returns (vLLM fixes a request's priority when it is added). Three sources:
   model's prefill (competing with the engine for the cores), else it is looked up (stored features,
   to isolate scheduling from predictor cost). Completed requests update the readout asynchronously
   through `lengthpred.online.service.OnlineService`, which answers from the latest published weights.
+- `EngineReadout`: LEAP's design. The same readout reads the state the serving engine computed in the
+  request's own prefill (`in_engine`: the replay loop serves the request in two phases, prefill first, and
+  hands the captured row to `predict_row`; `lengthpred.serve.replay`), so no second prefill runs anywhere.
 
 `stats()` reports prediction compute time and RLS updates (count, time per update, updates per second
 of update-thread time); the loop records when each prediction returned (the wait it caused).
@@ -172,3 +175,39 @@ class OnlineReadout:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         self.service.close()
+
+
+class EngineReadout(OnlineReadout):
+    """The RLS readout on the state the engine captured in the request's own prefill. Requests are ready
+    at arrival (they enter the engine as a prefill at once); `predict_row` is called by the replay loop
+    when the prefill step returns. `capture`: the engine's `StateCapture`, whose hook time is reported."""
+
+    in_engine = True
+
+    def __init__(self, estimator: Any, *, name: str = "rls+engine", capture: Any = None) -> None:
+        super().__init__(_no_rows, estimator, live=False, name=name)
+        self.capture = capture
+        self._hook0 = (capture.hook_s, capture.n_captured) if capture is not None else (0.0, 0)
+
+    def submit(self, req: ServeRequest, now: float) -> None:
+        self._done.append((req, None, None))
+
+    def predict_row(self, req: ServeRequest, row: np.ndarray) -> float:
+        t = time.perf_counter()
+        x = np.asarray(row, dtype=np.float64).ravel()
+        y = self.service.predict_now(x)
+        with self._lock:
+            self._rows[req.rid] = x
+            self.compute_s.append(time.perf_counter() - t)
+        return float(y)
+
+    def stats(self) -> dict[str, float]:
+        out = super().stats()
+        if self.capture is not None:  # the hook's time in the engine's forward, per captured request
+            n = self.capture.n_captured - self._hook0[1]
+            out["hook_ms_mean"] = 1e3 * (self.capture.hook_s - self._hook0[0]) / n if n else math.nan
+        return out
+
+
+def _no_rows(req: ServeRequest) -> np.ndarray:
+    raise DataError(f"request {req.rid}: an in-engine readout gets its row from the engine's prefill")

@@ -8,14 +8,21 @@ only under KV-memory pressure, so each policy here is non-preemptive:
 | fcfs | 0 for all (ties go by arrival time) | fcfs | none |
 | sjf | the predicted length, rounded | sjf | the predictor's name |
 | oracle | the request's own replayed length | oracle-sjf | clairvoyant |
+| sjf-aging | p − weight · waited / p, p the predicted length (re-set before each step) | sjf-aging | the predictor's name |
+| oracle-aging | the same with p the replayed length | oracle-sjf-aging | clairvoyant |
+
+The aging policies' priorities change while a request waits (`ServePolicy.aged_priority`, the simulator's
+`lengthpred.sched.policies.AgingSJF` key); the replay re-sets them before every engine step on an engine
+that can (`reprioritize`: the fake engine; vLLM fixes a request's priority when it is added).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lengthpred.errors import ConfigError
+from lengthpred.sched.policies import AGING_WEIGHT
 from lengthpred.sched.pool import CLAIRVOYANT, NO_PREDICTOR
 
 MAX_PRIORITY = 2**31 - 1
@@ -26,38 +33,60 @@ class ServePolicy:
     name: str
     sim_policy: str  # lengthpred.sched policy the simulator replays it with
     needs_prediction: bool
+    ages: bool = False  # the priority falls as the request waits (`aged_priority`)
+    weight: float = AGING_WEIGHT  # aging: tokens² per second (lengthpred.sched.policies.AgingSJF)
+
+    @property
+    def oracle(self) -> bool:
+        return self.name.startswith("oracle")
 
     def predictor_label(self, predictor: str) -> str:
-        if self.name == "oracle":
+        if self.oracle:
             return CLAIRVOYANT
         return predictor if self.needs_prediction else NO_PREDICTOR
+
+    def _length(self, prediction: float | None, length: int) -> float:
+        value = float(length) if self.oracle else prediction
+        if value is None or not math.isfinite(value):
+            raise ConfigError(f"policy {self.name}: no finite prediction for a request ({value})")
+        return float(value)
 
     def priority(self, prediction: float | None, length: int) -> int:
         """The vLLM priority of one request; `prediction` in tokens (None when the policy has none)."""
         if self.name == "fcfs":
             return 0
-        value = float(length) if self.name == "oracle" else prediction
-        if value is None or not math.isfinite(value):
-            raise ConfigError(f"policy {self.name}: no finite prediction for a request ({value})")
-        return int(min(max(round(value), 0), MAX_PRIORITY))
+        return int(min(max(round(self._length(prediction, length)), 0), MAX_PRIORITY))
+
+    def aged_priority(self, prediction: float | None, length: int, waited: float) -> int:
+        """An aging policy's priority after `waited` seconds: p − weight · waited / p (p ≥ 1), rounded."""
+        p = max(self._length(prediction, length), 1.0)
+        return int(min(max(round(p - self.weight * waited / p), -MAX_PRIORITY), MAX_PRIORITY))
+
+    def sim_kwargs(self) -> dict[str, float]:
+        """The simulator policy's constructor keywords."""
+        return {"weight": self.weight} if self.ages else {}
 
 
 POLICIES = {
     "fcfs": ServePolicy("fcfs", "fcfs", False),
     "sjf": ServePolicy("sjf", "sjf", True),
     "oracle": ServePolicy("oracle", "oracle-sjf", False),
+    "sjf-aging": ServePolicy("sjf-aging", "sjf-aging", True, ages=True),
+    "oracle-aging": ServePolicy("oracle-aging", "oracle-sjf-aging", False, ages=True),
 }
 
 
-def get_policy(name: str) -> ServePolicy:
+def get_policy(name: str, aging_weight: float | None = None) -> ServePolicy:
+    """A serving policy; `aging_weight` sets an aging policy's weight (tokens² per second)."""
     if name not in POLICIES:
         raise ConfigError(f"unknown serve policy {name!r}; valid: {', '.join(POLICIES)}")
-    return POLICIES[name]
+    pol = POLICIES[name]
+    return replace(pol, weight=float(aging_weight)) if pol.ages and aging_weight is not None else pol
 
 
-def by_sim_policy(sim_policy: str) -> ServePolicy:
+def by_sim_policy(sim_policy: str, aging_weight: float | None = None) -> ServePolicy:
     """The serving policy a simulator policy name (a results row's `policy`) stands for."""
     for p in POLICIES.values():
         if p.sim_policy == sim_policy:
-            return p
+            return get_policy(p.name, aging_weight)
     raise ConfigError(f"no serve policy is simulated as {sim_policy!r}")

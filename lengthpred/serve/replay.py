@@ -12,6 +12,17 @@ token, finish, prompt and output tokens, priority, prediction, status (finished 
 and why. Per step (`RunLog.steps`): start, end, whether the loop idled before it, the work scheduled
 (batch, prefill tokens, context tokens), the engine's waiting and running counts after it, requests still
 waiting for a prediction, and preemptions.
+
+A predictor that reads the engine's own prefill (`in_engine`, `lengthpred.serve.predictor.EngineReadout`)
+serves each request in two phases, the order `lengthpred.sched.simulate(..., prefill_first=True)` models:
+on arrival the request enters the engine as `<rid>/prefill` ahead of every decode (priority
+`PREFILL_PRIORITY`, FCFS among prefills) with its state captured; when that step returns, the readout
+predicts from the captured state (`ready`), and its decode takes the policy's priority. Before the next step
+(after that step's arrivals entered) the engine's priority order decides (`keep_slots`): a decode that would
+be admitted into the slots then free keeps its slot and KV and just runs on; any other yields: it is
+aborted and re-enters as `<rid>` (prompt + its first token, length − 1 tokens) at its priority, re-using
+the prompt's full KV blocks through the engine's prefix cache (`cache_salt`). Its first token is the
+prefill's; nothing waits outside the engine. `split` marks the requests that yielded.
 """
 
 from __future__ import annotations
@@ -23,10 +34,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lengthpred.errors import ConfigError, ModelError
 from lengthpred.serve.engine import Engine, RequestRejected
 from lengthpred.serve.priority import ServePolicy
 from lengthpred.serve.workload import ServeRequest
 
+PREFILL_SUFFIX = "/prefill"  # the engine id of a request's prefill phase (in-engine predictor)
+PREFILL_PRIORITY = -1  # ahead of every decode: vLLM's priorities here are >= 0 (lengthpred.serve.priority)
 STEP_COLUMNS = ["t_start", "t_end", "idle_before", "batch", "prefill_tokens", "ctx_tokens", "n_waiting",
                 "n_running", "n_predicting", "n_preempted"]
 
@@ -46,11 +60,13 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
     predictions the policy needs (a `NoPredictor` for those that need none). `horizon` (s after the start)
     stops the run: requests still in flight are aborted and reported as unfinished."""
     reqs = sorted(requests, key=lambda r: (r.arrival, r.rid))
+    staged = _TwoPhase(engine, policy, predictor, clock) if getattr(predictor, "in_engine", False) else None
     n = len(reqs)
     by_id = {r.rid: r for r in reqs}
     nan = math.nan
     rec = {r.rid: {"ready": nan, "added": nan, "first_token": nan, "finish": nan, "output_tokens": 0,
-                   "priority": nan, "prediction": nan, "status": "unfinished", "reason": ""} for r in reqs}
+                   "priority": nan, "prediction": nan, "status": "unfinished", "reason": "", "split": False}
+           for r in reqs}
     steps: list[tuple] = []
     t0 = clock.now()
     nxt, idle, hit = 0, True, False
@@ -65,6 +81,14 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
         for req, pred, done in predictor.poll(now):
             arrived_unready -= 1
             r = rec[req.rid]
+            if staged:  # in at once, prefill first; its prediction comes from that step
+                try:
+                    engine.add(req.rid + PREFILL_SUFFIX, req.prompt_ids, req.length, PREFILL_PRIORITY,
+                               clock.epoch(t0 + req.arrival), capture=True, cache_salt=req.rid)
+                    r["added"] = clock.now() - t0
+                except RequestRejected as e:
+                    r["status"], r["reason"] = "rejected", str(e)
+                continue
             # ready at arrival, or when the worker finished (a perf_counter reading: live predictors run on
             # the wall clock only)
             r["ready"] = req.arrival if done is None else max(req.arrival, done - t0)
@@ -75,10 +99,14 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
                 r["added"] = clock.now() - t0
             except RequestRejected as e:
                 r["status"], r["reason"] = "rejected", str(e)
+        if staged:
+            staged.decide(by_id, rec, t0)  # after this boundary's arrivals entered, before the next step
         if horizon is not None and now >= horizon:
             hit = True
             break
         if engine.has_unfinished():
+            if policy.ages:  # priorities that fall as requests wait: re-set before the engine schedules
+                _age(engine, policy, rec, by_id, clock.now() - t0)
             ts = clock.now()
             info = engine.step()
             te = clock.now()
@@ -86,13 +114,19 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
                           info.n_running, arrived_unready, info.n_preempted))
             idle = False
             for rid, k in info.new_tokens.items():
-                r = rec.get(rid)
+                r = rec.get(_base(rid) if staged else rid)
                 if r is None:
                     continue
                 if math.isnan(r["first_token"]):
                     r["first_token"] = te - t0
                 r["output_tokens"] += int(k)
+            if staged:
+                staged.predict(info, by_id, rec, t0)
             for rid in info.finished:
+                if staged and rid.endswith(PREFILL_SUFFIX):
+                    if rid in staged.yielded:
+                        continue  # its decode phase runs under its own id
+                    rid = _base(rid)
                 r = rec.get(rid)
                 if r is None:
                     continue
@@ -114,11 +148,85 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
         floor = wake
     end = clock.now() - t0
     if hit:
-        engine.abort([rid for rid, r in rec.items() if r["status"] == "unfinished" and not math.isnan(r["added"])])
+        gone = [rid for rid, r in rec.items() if r["status"] == "unfinished" and not math.isnan(r["added"])]
+        engine.abort(gone + [rid + PREFILL_SUFFIX for rid in gone] if staged else gone)
     stats = predictor.stats()
+    staged_on = staged is not None
     rows = [{"rid": q.rid, "prompt_id": q.prompt_id, "arrival": q.arrival, "prompt_tokens": q.prompt_tokens,
-             "target_tokens": q.length, "expected_tokens": q.expected, **rec[q.rid]} for q in reqs]
+             "target_tokens": q.length, "expected_tokens": q.expected, **rec[q.rid], "prefill_first": staged_on}
+            for q in reqs]
     return RunLog(pd.DataFrame(rows), pd.DataFrame(steps, columns=STEP_COLUMNS), stats, hit, end)
+
+
+def _base(rid: str) -> str:
+    return rid[: -len(PREFILL_SUFFIX)] if rid.endswith(PREFILL_SUFFIX) else rid
+
+
+def keep_slots(candidates: list[tuple[int, float, str]], waiting: list[tuple[int, float]], free: int) -> set[str]:
+    """Which just-prefilled requests (priority, arrival, id) keep their slot: those the engine's priority
+    order (priority, then arrival) would admit into the `free` slots of the next step if they re-entered its
+    waiting queue (`waiting`: (priority, arrival) of each request there) at their predicted priority."""
+    order = sorted([(p, a, 0, rid) for p, a, rid in candidates] + [(p, a, 1, "") for p, a in waiting])
+    return {rid for k, (_, _, c, rid) in enumerate(order) if c == 0 and k < free}
+
+
+class _TwoPhase:
+    """The replay's side of an in-engine readout: predictions from captured prefill states, then each
+    decode's slot decision (the module docstring)."""
+
+    def __init__(self, engine: Engine, policy: ServePolicy, predictor: Any, clock: Any) -> None:
+        self.engine, self.policy, self.predictor, self.clock = engine, policy, predictor, clock
+        self.pending: list[tuple[str, int, float, int]] = []  # (engine id, priority, arrival, first token)
+        self.yielded: set[str] = set()
+
+    def predict(self, info: Any, by_id: dict[str, ServeRequest], rec: dict[str, dict], t0: float) -> None:
+        missed = [e for e in info.new_tokens if e.endswith(PREFILL_SUFFIX) and e not in info.captured
+                  and math.isnan(rec[_base(e)]["prediction"])]
+        if missed:  # a prefill ran without its state: the hook did not see its last prompt token
+            raise ModelError(f"the engine prefilled {missed[0]} but captured no state for it (the capture hook "
+                             f"missed its last prompt token); use serve.predictor.source=worker")
+        for eid, row in info.captured.items():
+            req, r = by_id[_base(eid)], rec[_base(eid)]
+            pred = float(self.predictor.predict_row(req, row))
+            r["ready"] = self.clock.now() - t0
+            r["prediction"] = pred
+            r["priority"] = prio = self.policy.priority(pred, req.length)
+            if req.length > 1:  # else the prefill's token was its whole answer
+                self.pending.append((eid, prio, req.arrival, (list(info.token_ids.get(eid, [])) or [0])[0]))
+
+    def decide(self, by_id: dict[str, ServeRequest], rec: dict[str, dict], t0: float) -> None:
+        if not self.pending:
+            return
+        eng = self.engine
+        free = eng.limits.max_batch - (eng.n_running() - len(self.pending))
+        keep = keep_slots([(p, a, eid) for eid, p, a, _ in self.pending], eng.waiting_keys(), free)
+        for eid, prio, arrival, first in self.pending:
+            if eid in keep:
+                eng.set_priority(eid, prio)
+                continue
+            rid = _base(eid)
+            req, r = by_id[rid], rec[rid]
+            eng.abort([eid])
+            self.yielded.add(eid)
+            r["split"] = True
+            try:
+                eng.add(rid, list(req.prompt_ids) + [first], req.length - 1, prio, self.clock.epoch(t0 + arrival),
+                        cache_salt=rid)
+            except RequestRejected as e:
+                r["status"], r["reason"] = "rejected", str(e)
+        self.pending = []
+
+
+def _age(engine: Engine, policy: ServePolicy, rec: dict[str, dict], by_id: dict[str, ServeRequest], now: float) -> None:
+    """Re-set the priorities of the requests waiting in the engine to the aging policy's key at `now`."""
+    if not hasattr(engine, "reprioritize"):
+        raise ConfigError(f"policy {policy.name}: engine {engine.name} cannot change a waiting request's priority")
+
+    def key(rid: str) -> int:
+        q = by_id[rid]
+        return policy.aged_priority(rec[rid]["prediction"], q.length, now - q.arrival)
+
+    engine.reprioritize(key)
 
 
 def queue_series(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,14 @@ runs (requests, prompt tokens prefilled, context held), the inputs of the step-t
 replays a known length: `ignore_eos` with `max_tokens` set to it, as serving benchmarks do, so runs
 under different policies do identical work. Prefix caching is off: the simulator does not model it and
 a cached prompt would make a repeat run cheaper than the first.
+
+With `capture_layer` (the predictor reads the engine's own prefill, `serve.predictor.source=engine`) a
+forward hook on that decoder layer of the in-process model (`EngineCore.model_executor.driver_worker.worker.
+model_runner`, the CPU build's V1 model runner) copies the last-prompt-token state of requests added with
+`capture=True` (`lengthpred.serve.engine_readout`); the step layout comes from the runner's input batch.
+It needs eager mode (a compiled or graph-captured forward would not run a Python hook) and pairs with
+prefix caching, which is then on, every request salted with its own id (`cache_salt`) so that only the two
+phases of one request share KV: nothing is shared across requests or runs, as with caching off.
 """
 
 from __future__ import annotations
@@ -16,8 +24,9 @@ import os
 import sys
 from typing import Any
 
-from lengthpred.errors import ModelError
+from lengthpred.errors import ConfigError, ModelError
 from lengthpred.serve.engine import EngineLimits, RequestRejected, StepInfo
+from lengthpred.serve.engine_readout import StateCapture, StepLayout, decoder_layer
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +43,8 @@ class VLLMEngine:
 
     def __init__(self, checkpoint: str, *, dtype: str = "bfloat16", max_model_len: int = 2048,
                  max_num_seqs: int = 8, max_num_batched_tokens: int = 2048, seed: int = 0,
-                 temperature: float = 0.7, top_p: float = 0.9, engine_args: dict[str, Any] | None = None) -> None:
+                 temperature: float = 0.7, top_p: float = 0.9, engine_args: dict[str, Any] | None = None,
+                 capture_layer: int | None = None, prefix_caching: bool = False) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its envs
         try:
             from vllm import EngineArgs
@@ -52,8 +62,13 @@ class VLLMEngine:
         self.temperature, self.top_p = temperature, top_p
         kw: dict[str, Any] = dict(model=checkpoint, dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                                   max_num_batched_tokens=max_num_batched_tokens, scheduling_policy="priority",
-                                  enable_prefix_caching=False, enforce_eager=True, seed=seed, disable_log_stats=True)
+                                  enable_prefix_caching=prefix_caching, enforce_eager=True, seed=seed,
+                                  disable_log_stats=True)
         kw.update(engine_args or {})
+        if capture_layer is not None and not kw["enforce_eager"]:
+            raise ConfigError("the engine's own prefill is read by a forward hook, which a compiled forward does not "
+                              "run: keep enforce_eager true with serve.predictor.source=engine")
+        self.prefix_caching = bool(kw["enable_prefix_caching"])
         try:
             self.llm = LLMEngine.from_engine_args(EngineArgs(**kw))
         except Exception as e:  # vLLM raises many kinds at start-up; the user needs one line
@@ -72,6 +87,23 @@ class VLLMEngine:
                                    kv_blocks=int(cache.num_gpu_blocks or 1), block_size=int(cache.block_size),
                                    max_model_len=int(self.llm.model_config.max_model_len))
         self._step: StepInfo | None = None
+        self.capture: StateCapture | None = None
+        self._engine_ids: dict[str, str] = {}  # captured request → the id vLLM schedules it under
+        if capture_layer is not None:
+            runner = self._model_runner(core)
+            layers = runner.get_model().model.layers
+            self.capture = StateCapture(decoder_layer(layers, int(capture_layer)), lambda: _layout(runner))
+
+    @staticmethod
+    def _model_runner(core: Any) -> Any:
+        """The in-process model runner (vLLM V1: UniProcExecutor → WorkerWrapperBase → worker → runner)."""
+        try:
+            runner = core.model_executor.driver_worker.worker.model_runner
+            runner.input_batch, runner.query_start_loc  # noqa: B018 (the step layout the hook reads)
+            return runner
+        except AttributeError as e:
+            raise engine_error(f"this vLLM build does not expose its model runner in-process ({e}); the engine's "
+                               "own prefill cannot be read: use serve.predictor.source=worker") from None
 
     def _wrap_schedule(self) -> None:
         """Record each step's work right after scheduling, while finished requests still exist."""
@@ -92,16 +124,24 @@ class VLLMEngine:
 
         sched.schedule = schedule
 
-    def add(self, rid: str, prompt_ids: list[int], max_tokens: int, priority: int, arrival_time: float) -> None:
+    def add(self, rid: str, prompt_ids: list[int], max_tokens: int, priority: int, arrival_time: float, *,
+            capture: bool = False, cache_salt: str | None = None) -> None:
         from vllm.inputs import TokensPrompt
 
+        if capture and self.capture is None:
+            raise ConfigError("capture=True needs an engine started with capture_layer")
+        prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        if self.prefix_caching:  # only requests with one salt (the two phases of one request) share KV
+            prompt["cache_salt"] = cache_salt or rid
         try:
             params = self._SamplingParams(max_tokens=int(max_tokens), ignore_eos=True, temperature=self.temperature,
                                           top_p=self.top_p, detokenize=False, output_kind=self._kind)
-            self.llm.add_request(rid, TokensPrompt(prompt_token_ids=list(prompt_ids)), params,
-                                 arrival_time=arrival_time, priority=int(priority))
+            engine_id = self.llm.add_request(rid, prompt, params, arrival_time=arrival_time, priority=int(priority))
         except self._rejectable as e:  # vLLM's validation: prompt too long, bad sampling settings
             raise RequestRejected(f"request {rid}: {str(e).strip().splitlines()[0][:300]}") from None
+        if capture and self.capture is not None:
+            self.capture.want(str(engine_id or rid), rid)  # vLLM adds a suffix to the id it schedules
+            self._engine_ids[rid] = str(engine_id or rid)
 
     def step(self) -> StepInfo:
         self._step = None
@@ -111,11 +151,26 @@ class VLLMEngine:
             n = sum(len(c.token_ids) for c in o.outputs)
             if n:
                 info.new_tokens[o.request_id] = n
+                info.token_ids[o.request_id] = [int(x) for c in o.outputs for x in c.token_ids]
             if o.finished:
                 info.finished.append(o.request_id)
+                self._engine_ids.pop(o.request_id, None)
         info.n_waiting = len(self.scheduler.waiting) + len(getattr(self.scheduler, "kv_holding_waiting", ()) or ())
         info.n_running = len(self.scheduler.running)
+        if self.capture is not None:
+            info.captured = self.capture.take()
         return info
+
+    def waiting_keys(self) -> list[tuple[int, float]]:
+        return [(int(r.priority), float(r.arrival_time)) for r in self.scheduler.waiting]
+
+    def n_running(self) -> int:
+        return len(self.scheduler.running)
+
+    def set_priority(self, rid: str, priority: int) -> None:
+        req = self.scheduler.requests.get(self._engine_ids.get(rid, rid))
+        if req is not None:  # vLLM's preemption victim is the running request with the largest (priority, arrival)
+            req.priority = int(priority)
 
     def has_unfinished(self) -> bool:
         return bool(self.llm.has_unfinished_requests())
@@ -123,3 +178,16 @@ class VLLMEngine:
     def abort(self, rids: list[str]) -> None:
         if rids:
             self.llm.abort_request(list(rids))
+        for r in rids:
+            self._engine_ids.pop(r, None)
+        if self.capture is not None:
+            gone = set(rids)
+            self.capture.forget([e for e, r in self.capture.wanted.items() if r in gone])
+
+
+def _layout(runner: Any) -> StepLayout:
+    """The running step's layout, from the V1 model runner's persistent batch (set before the forward)."""
+    ib = runner.input_batch
+    n = int(ib.num_reqs)
+    return StepLayout(ib.req_ids[:n], runner.query_start_loc.np[: n + 1], ib.num_computed_tokens_cpu[:n],
+                      ib.num_prompt_tokens[:n])

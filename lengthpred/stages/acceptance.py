@@ -22,6 +22,7 @@ from lengthpred.errors import ConfigError, DataError
 from lengthpred.generate.backends import Sample, make_backend
 from lengthpred.generate.runner import encode_all
 from lengthpred.generate.settings import GenerationSettings, derive_seed
+from lengthpred.integrity import temp_path
 from lengthpred.models.serving import load_tokenizer
 from lengthpred.sched import spec_acceptance as sa
 from lengthpred.sched import spec_records as sr
@@ -97,7 +98,7 @@ def _cached(answers: Iterable[tuple[str, list[Sample]]], path: Path) -> Iterator
     finally:
         if rows:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
+            tmp = temp_path(path)  # this writer's own
             pq.write_table(pa.Table.from_pylist(rows, schema=CACHE_SCHEMA), tmp)
             tmp.replace(path)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from lengthpred.data import build
 from lengthpred.stages.locations import reference_path
+from lengthpred.stages.outputs import declare_outputs
 
 
 def reference_trace(cfg: Any) -> Path | None:
@@ -19,4 +20,6 @@ def reference_trace(cfg: Any) -> Path | None:
 
 def prepare(cfg: Any, force: bool = False) -> Path:
     """Build and save `data.out_dir` (`lengthpred.data.build.prepare`); skipped when built with the same config."""
-    return build.prepare(cfg.data, reference=reference_trace(cfg), force=force)
+    out = build.prepare(cfg.data, reference=reference_trace(cfg), force=force)
+    declare_outputs(cfg, out)
+    return out

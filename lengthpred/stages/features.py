@@ -24,6 +24,7 @@ from lengthpred.features.settings import FeatureSettings, cache_key, prompts_has
 from lengthpred.features.store import MANIFEST, FeatureSet, load_features
 from lengthpred.models.serving import load_causal_lm
 from lengthpred.stages.locations import data_dir
+from lengthpred.stages.outputs import declare_outputs
 from lengthpred.stages.shards import parse_shard
 
 log = logging.getLogger(__name__)
@@ -86,9 +87,37 @@ def ensure_features(cfg: Any, prompts: Any, model: Any = None, tokenizer: Any = 
             log.info("features at %s incomplete: resuming", root)
     if model is None:
         model, tokenizer = load_causal_lm(instantiate(cfg.model))
+    check_need_layers(model, need or [], str(cfg.model.name))
     out = fx.extract_features(settings, model, tokenizer, prompts, out_dir=root, model_name=str(cfg.model.name),
                               shard=shard)
     return load_features(out)
+
+
+def check_need_layers(model: Any, need: Sequence[tuple[int | None, str | None]], model_name: str) -> None:
+    """A head's layer (`need`, from the head config) that the model does not have is the head's error."""
+    n = int(model.config.num_hidden_layers) + 1  # hidden_states 0 (embeddings) .. num_hidden_layers
+    for layer, _ in need:
+        if layer is not None and not 0 <= int(layer) < n:
+            raise ConfigError(f"head.layer={layer}: {model_name} has hidden_states 0..{n - 1}")
+
+
+def check_head_feature(features: FeatureSet, feature: str | None) -> None:
+    """A head's column that the store lacks, named by the head keys that chose it."""
+    if feature is not None and feature not in features.names:
+        layers = features.manifest.get("layers")
+        raise ConfigError(f"head.layer / head.pooling give {feature}, which the feature store {features.root} "
+                          f"does not hold (layers {layers}, pools {features.manifest.get('poolings')})")
+
+
+def truncated_counts(features: FeatureSet | None, parts: dict[str, Sequence[str]]) -> dict[str, int]:
+    """How many prompts of each split part the extraction cut to the prompt budget (said in one line when
+    any was): `features.overflow=reject` leaves them out instead."""
+    cut = getattr(features, "truncated", None) or {}
+    counts = {part: sum(i in cut for i in ids) for part, ids in parts.items()}
+    if any(counts.values()):
+        log.warning("prompts cut to the prompt budget (features.overflow=truncate; `reject` leaves them out): "
+                    "%s", ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return counts
 
 
 def run_stores(configs: Sequence[Any], prompts: Any, ids: Sequence[str], need: Any) -> list[Path]:
@@ -136,6 +165,7 @@ def run_extract(cfg: DictConfig) -> Path:
     model.to(device)
     with torch.inference_mode():
         root = extract(cfg, model, tokenizer, prompts)
+    declare_outputs(cfg, root)
     i, n = parse_shard(cfg.shard)
     if n == 1:
         fs = load_features(root)  # checks: no duplicates, no gaps

@@ -14,6 +14,7 @@ from lengthpred.generate.backends import make_backend
 from lengthpred.generate.runner import RunSummary, run_generation
 from lengthpred.generate.settings import GenerationSettings
 from lengthpred.stages.locations import generations_dir, reference_path
+from lengthpred.stages.outputs import declare_outputs
 from lengthpred.stages.shards import parse_shard
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ def generate_from_cfg(cfg: Any, prompts: Any = None, *, model: Any = None, token
                              skip=skip, on_part=on_part)
     if cfg.generate.commit_parts:
         summary.reference = merge_committed_parts(cfg, prompts, settings, manifest)
+    declare_outputs(cfg, root)
     return summary
 
 

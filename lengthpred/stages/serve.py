@@ -4,6 +4,10 @@ a serving comparison (`lengthpred.serve`), then the comparison itself (`run_serv
 The prompts are a pooled in-domain split (`serve.split`, default every domain's test prompts), encoded as
 generation encoded them (`lengthpred.prompting.encode_prompt`); their sampled lengths come from the same
 targets the heads were fitted on (`lengthpred.stages.targets.load_targets`), capped samples counting as the cap.
+
+The live RLS readout reads its row from the engine's own prefill (`serve.predictor.source=engine`, LEAP's
+design: the engine captures layer L's last-prompt-token state, requests are served prefill first,
+`lengthpred.serve.replay`) or from a second prefill of the embedded model on a CPU worker (`worker`).
 """
 
 from __future__ import annotations
@@ -32,14 +36,17 @@ from lengthpred.prompting import encode_prompt
 from lengthpred.sched.hardware import get_profile
 from lengthpred.sched.sources import read_prediction_files
 from lengthpred.sched.summary import gains, summarize_runs
-from lengthpred.serve import report
+from lengthpred.serve import report, report_stats, starvation
+from lengthpred.serve.calibration_check import CheckBounds
 from lengthpred.serve.clock import VirtualClock, WallClock
 from lengthpred.serve.engine import EngineLimits
 from lengthpred.serve.experiment import GridResult, ServeSettings, fidelity_summary, resimulate, run_grid
 from lengthpred.serve.fake import FakeEngine
 from lengthpred.serve.featurize import CachedFeaturizer, PrefillFeaturizer
 from lengthpred.serve.metrics import SLO
-from lengthpred.serve.predictor import NoPredictor, OnlineReadout, TablePredictor
+from lengthpred.serve.paired import MIN_REPEATS, paired_gains
+from lengthpred.serve.predictor import EngineReadout, NoPredictor, OnlineReadout, TablePredictor
+from lengthpred.serve.priority import AGING_WEIGHT, POLICIES
 from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict
 from lengthpred.serve.replay import RunLog
 from lengthpred.serve.vllm_engine import VLLMEngine
@@ -47,6 +54,15 @@ from lengthpred.serve.workload import PromptPool, build_pool
 from lengthpred.stages.targets import load_targets
 
 log = logging.getLogger("lengthpred.serve")
+
+
+def slo_from_cfg(sc: DictConfig) -> SLO:
+    return SLO(float(sc.slo.ttft_s), float(sc.slo.tpot_s), int(sc.slo.get("short_tokens", SLO.short_tokens)))
+
+
+def _predicting(policies: Any) -> list[str]:
+    """The serving policies among `policies` that order by a prediction."""
+    return [p for p in policies if p in POLICIES and POLICIES[p].needs_prediction]
 
 
 def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
@@ -60,23 +76,50 @@ def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
         if "arrival" not in df.columns:
             raise DataError(f"{p}: no `arrival` column")
         trace = df["arrival"].astype(float).tolist()
-    bad = [p for p in sc.policies if p not in ("fcfs", "sjf", "oracle")]
+    bad = [p for p in sc.policies if p not in POLICIES]
     if bad:
-        raise ConfigError(f"serve.policies {bad}: valid are fcfs, sjf, oracle")
-    if "sjf" in sc.policies and sc.predictor.kind == "none":
-        raise ConfigError("serve.policies has sjf but serve.predictor.kind=none; choose rls or stored")
-    live = sc.predictor.kind == "rls" and sc.predictor.features == "live" and "sjf" in sc.policies
-    if live and sc.engine.kind == "fake" and sc.engine.fake_clock != "wall":
+        raise ConfigError(f"serve.policies {bad}: valid are {', '.join(POLICIES)}")
+    predicting = _predicting(sc.policies)
+    if predicting and sc.predictor.kind == "none":
+        raise ConfigError(f"serve.policies has {predicting[0]} but serve.predictor.kind=none; choose rls or stored")
+    aging = [p for p in sc.policies if POLICIES[p].ages]
+    if aging and sc.engine.kind == "vllm":
+        raise ConfigError(f"serve.policies {aging}: vLLM fixes a request's priority when it is added, so an aging "
+                          "policy runs on the fake engine and in the simulator only (serve.starvation)")
+    source = predictor_source(sc)
+    if source not in ("engine", "worker"):
+        raise ConfigError(f"serve.predictor.source={source!r}; valid: engine, worker")
+    live = sc.predictor.kind == "rls" and sc.predictor.features == "live" and bool(predicting)
+    if aging and live and source == "engine":
+        raise ConfigError(f"serve.policies {aging}: an aging policy re-keys waiting requests by their prediction, "
+                          "which the engine readout makes only during their prefill; use serve.predictor.source=worker")
+    if live and source == "worker" and sc.engine.kind == "fake" and sc.engine.fake_clock != "wall":
         raise ConfigError("a live predictor runs on the wall clock: set serve.engine.fake_clock=wall with the fake engine")
     if not sc.loads or min(sc.loads) <= 0:
         raise ConfigError(f"serve.loads={list(sc.loads)}: need positive fractions of capacity")
     return ServeSettings(
         loads=[float(x) for x in sc.loads], seeds=[int(x) for x in sc.seeds], n_requests=int(sc.n_requests),
         policies=list(sc.policies), data=str(cfg.data.name), arrival=str(sc.arrival), cv=float(sc.arrival_cv),
-        trace=trace, slo=SLO(float(sc.slo.ttft_s), float(sc.slo.tpot_s)),
+        trace=trace, slo=slo_from_cfg(sc),
         calibration_requests=int(sc.calibration_requests), horizon_factor=float(sc.horizon_factor),
         fit_skip=int(sc.fit_skip), sim=dict(OmegaConf.to_container(sc.sim, resolve=True) or {}),
+        aging_weight=float(sc.get("aging_weight", AGING_WEIGHT)), **checks_from_cfg(sc),
     )
+
+
+def checks_from_cfg(sc: DictConfig) -> dict[str, Any]:
+    """The calibration check's bounds, the re-measure burst and the drift bound (defaults where a stored
+    config predates them)."""
+    cc = sc.get("calibration_check") or {}
+    d = CheckBounds()
+    try:
+        bounds = CheckBounds(min_r2=float(cc.get("min_r2", d.min_r2)), max_spread=float(cc.get("max_spread", d.max_spread)),
+                             max_slow_share=float(cc.get("max_slow_share", d.max_slow_share)),
+                             max_shift=float(cc.get("max_shift", d.max_shift)), on_fail=str(cc.get("on_fail", d.on_fail)))
+    except DataError as e:
+        raise ConfigError(f"serve.calibration_check: {e}") from None
+    return {"check": bounds, "recheck_requests": int(cc.get("recheck_requests", 8)),
+            "drift_bound": float(sc.get("drift_bound", 0.05))}
 
 
 def split_ids(splits: dict, part: str) -> list[str]:
@@ -109,21 +152,41 @@ def load_inputs(cfg: DictConfig, tokenizer: Any) -> tuple[PromptPool, Any, dict,
     return build_pool(ids, tokens, samples), prompts, splits, targets
 
 
-def make_engine(cfg: DictConfig) -> tuple[Any, Any]:
-    """(engine, clock): vLLM on the model's checkpoint and the wall clock, or the fake engine on a virtual one."""
+def predictor_source(sc: Any) -> str:
+    """`serve.predictor.source`; runs stored before it existed read their rows on a CPU worker."""
+    return str(sc.predictor.get("source", "worker"))
+
+
+def reads_engine_prefill(cfg: DictConfig) -> bool:
+    """Whether the run's live readout reads the engine's own prefill (the engine then captures states)."""
+    pc, sc = cfg.serve.predictor, cfg.serve
+    return (pc.kind == "rls" and pc.features == "live" and predictor_source(sc) == "engine"
+            and bool(_predicting(sc.policies)))
+
+
+def make_engine(cfg: DictConfig, state: Callable[[list[int]], np.ndarray] | None = None) -> tuple[Any, Any]:
+    """(engine, clock): vLLM on the model's checkpoint and the wall clock, or the fake engine on a virtual one.
+    When the readout reads the engine's prefill, vLLM captures layer `serve.predictor.layer` with prefix
+    caching on and KV blocks of `serve.predictor.kv_block_size` tokens (what a request's decode phase
+    re-prefills is the prompt's last, partial block); the fake engine's captured state is `state(prompt)`."""
     ec = cfg.serve.engine
+    in_engine = reads_engine_prefill(cfg)
     if ec.kind == "fake":
         clock = VirtualClock() if ec.fake_clock == "virtual" else WallClock()
         prof = get_profile(ec.fake_profile, {"max_batch": int(ec.max_num_seqs),
                                              "token_budget": int(ec.max_num_batched_tokens)})
-        return FakeEngine(prof, clock, max_model_len=int(ec.max_model_len)), clock
+        return FakeEngine(prof, clock, max_model_len=int(ec.max_model_len), state=state if in_engine else None), clock
     if ec.kind != "vllm":
         raise ConfigError(f"serve.engine.kind={ec.kind!r}; valid: vllm, fake")
     spec = instantiate(cfg.model)
+    args = dict(OmegaConf.to_container(ec.args, resolve=True) or {})
+    if in_engine:
+        args.setdefault("block_size", int(cfg.serve.predictor.kv_block_size))
     engine = VLLMEngine(checkpoint_dir(spec), dtype=str(ec.dtype), max_model_len=int(ec.max_model_len),
                         max_num_seqs=int(ec.max_num_seqs), max_num_batched_tokens=int(ec.max_num_batched_tokens),
                         seed=int(ec.seed), temperature=float(ec.temperature), top_p=float(ec.top_p),
-                        engine_args=dict(OmegaConf.to_container(ec.args, resolve=True) or {}))
+                        engine_args=args, capture_layer=int(cfg.serve.predictor.layer) if in_engine else None,
+                        prefix_caching=in_engine)
     return engine, WallClock()
 
 
@@ -139,23 +202,30 @@ def stored_predictions(path: str | Path, head: str, split: str) -> dict[str, flo
 
 
 def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, targets: pd.DataFrame,
-                      tokenizer: Any) -> Callable[[str], tuple[str, Any]]:
-    """`make(policy) -> (label, fresh predictor)`: policies without predictions get a `NoPredictor`."""
+                      tokenizer: Any, readout: tuple[CachedFeaturizer, Any] | None = None,
+                      engine: Any = None) -> Callable[[str], tuple[str, Any]]:
+    """`make(policy) -> (label, fresh predictor)`: policies without predictions get a `NoPredictor`.
+    `readout`: the (featurizer, warm-started RLS) pair when already built (`_rls_readout`); `engine`: the
+    engine whose captured prefill states an in-engine readout reads."""
     pc = cfg.serve.predictor
     kind = pc.kind
-    if kind == "none" or "sjf" not in cfg.serve.policies:
+    if kind == "none" or not _predicting(cfg.serve.policies):
         return lambda policy: ("none", NoPredictor())
     if kind == "stored":
         values = stored_predictions(pc.predictions_path, pc.head, str(SplitName.indomain("*", cfg.serve.split)))
         missing = [i for i in pool.ids if i not in values]
         if missing:
             raise DataError(f"head {pc.head}: no stored prediction for {len(missing)} of {len(pool)} prompts")
-        return lambda policy: (pc.head, TablePredictor(values, pc.head) if policy == "sjf" else NoPredictor())
+        return lambda policy: (pc.head, TablePredictor(values, pc.head) if _predicting([policy]) else NoPredictor())
     if kind != "rls":
         raise ConfigError(f"serve.predictor.kind={kind!r}; valid: rls, stored, none")
     if pc.features not in ("live", "stored"):
         raise ConfigError(f"serve.predictor.features={pc.features!r}; valid: live, stored")
-    featurize, est = _rls_readout(cfg, pool, prompts, splits, targets, tokenizer)
+    featurize, est = readout or _rls_readout(cfg, pool, prompts, splits, targets, tokenizer)
+    if reads_engine_prefill(cfg):
+        label = rls_name(pc.forgetting) + "+engine"
+        capture = getattr(engine, "capture", None)
+        return lambda policy: (label, EngineReadout(est, name=label, capture=capture) if policy == "sjf" else NoPredictor())
     label = rls_name(pc.forgetting) + ("" if pc.features == "live" else "+stored")
     live = pc.features == "live"
     if live:
@@ -166,7 +236,8 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
 
         def rows(req):
             return table[req.prompt_id]
-    return lambda policy: (label, OnlineReadout(rows, est, live=live, name=label) if policy == "sjf" else NoPredictor())
+    return lambda policy: (label, OnlineReadout(rows, est, live=live, name=label) if _predicting([policy])
+                            else NoPredictor())
 
 
 def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, targets: pd.DataFrame,
@@ -205,15 +276,18 @@ def run_serve(cfg: DictConfig, tracker: Any) -> Path:
     out = Path(sc.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if sc.get("resimulate"):
-        res, settings, name, limits = resimulated(Path(sc.resimulate))
+        res, settings, name, limits = resimulated(Path(sc.resimulate), slo=slo_from_cfg(sc), checks=checks_from_cfg(sc))
         print(f"serve: the runs stored in {sc.resimulate} replayed by the simulator (no engine)", flush=True)
         return write_serve(cfg, res, settings, name, limits, out, tracker, stored=OmegaConf.create(
             json.loads((Path(sc.resimulate) / "serve.json").read_text())["config"]))
     settings = settings_from_cfg(cfg)
     tokenizer = load_tokenizer(instantiate(cfg.model))
     pool, prompts, splits, targets = load_inputs(cfg, tokenizer)
-    make_predictor = predictor_factory(cfg, pool, prompts, splits, targets, tokenizer)
-    engine, clock = make_engine(cfg)
+    readout = None
+    if sc.predictor.kind == "rls" and "sjf" in sc.policies:
+        readout = _rls_readout(cfg, pool, prompts, splits, targets, tokenizer)
+    engine, clock = make_engine(cfg, state=readout[0] if readout else None)
+    make_predictor = predictor_factory(cfg, pool, prompts, splits, targets, tokenizer, readout=readout, engine=engine)
     fit = load_profile_fit(sc.profile_path) if sc.profile_path else None
     print(f"serve: {len(pool)} {sc.split} prompts, {settings.n_requests} requests per run, loads {settings.loads}, "
           f"repeats {settings.seeds}, policies {settings.policies}; engine {engine.name} (max_num_seqs "
@@ -226,9 +300,12 @@ def run_serve(cfg: DictConfig, tracker: Any) -> Path:
 RUN_FILES = ("serve.json", "profile.json", "serve_runs.csv", "serve_requests.parquet", "serve_steps.parquet")
 
 
-def resimulated(run_dir: Path) -> tuple[GridResult, ServeSettings, str, EngineLimits]:
+def resimulated(run_dir: Path, slo: SLO | None = None, checks: dict[str, Any] | None = None
+                ) -> tuple[GridResult, ServeSettings, str, EngineLimits]:
     """A stored serve run (`run_serve`'s folder) replayed by the current simulator on its own calibration
-    profile, with its own settings (`lengthpred.serve.experiment.resimulate`)."""
+    profile, with its own settings (`lengthpred.serve.experiment.resimulate`); `slo`: goodput and the short
+    answers' threshold at this SLO instead of the stored one; `checks`: the calibration check's bounds and
+    the drift bound instead of the stored ones (`checks_from_cfg`)."""
     missing = [f for f in RUN_FILES if not (run_dir / f).is_file()]
     if missing:
         raise DataError(f"serve.resimulate={run_dir}: not a serve run folder (missing {', '.join(missing)})")
@@ -236,6 +313,10 @@ def resimulated(run_dir: Path) -> tuple[GridResult, ServeSettings, str, EngineLi
     runs = pd.read_csv(run_dir / "serve_runs.csv")
     data = str(runs["data"].iloc[0]) if len(runs) else "unknown"
     settings = settings_from_cfg(OmegaConf.create({"serve": meta["config"], "data": {"name": data}}))
+    if slo is not None:
+        settings.slo = slo
+    for k, v in (checks or {}).items():
+        setattr(settings, k, v)
     limits = EngineLimits(**meta["limits"])
     cal_path = run_dir / "calibration_steps.parquet"
     cal = RunLog(pd.DataFrame(), pd.read_parquet(cal_path), {}, False, 0.0) if cal_path.is_file() else None
@@ -256,10 +337,21 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     summary.insert(0, "experiment", cfg.experiment_name)
     real = runs[runs["hardware"] == engine_name].drop(columns="experiment")
     gain = gains(real)
+    few = gain["n"] < MIN_REPEATS  # a bootstrap over fewer repeats says little: no interval (serve_paired.csv)
+    gain[["ci_low", "ci_high"]] = gain[["ci_low", "ci_high"]].astype(object).where(~few, np.nan)
     fsum, fsum_all = fidelity_summary(res.fidelity), fidelity_summary(res.fidelity_all)
     runs.to_csv(out / "serve_runs.csv", index=False)
     summary.to_csv(out / "serve_results.csv", index=False)
     gain.to_csv(out / "serve_gains.csv", index=False)
+    paired = paired_gains(real, res.requests, settings.slo) if len(res.requests) else pd.DataFrame()
+    paired.to_csv(out / "serve_paired.csv", index=False)
+    res.drift.to_csv(out / "serve_drift.csv", index=False)
+    weights = [float(w) for w in (sc.get("starvation") or {}).get("weights", [])]
+    starv = starvation.compare(res.requests, res.fit.profile, starvation.starvation_policies(weights), settings.sim,
+                               settings.slo) if len(res.requests) and weights else pd.DataFrame()
+    starv.to_csv(out / "serve_starvation.csv", index=False)
+    if res.check is not None:
+        (out / "calibration_check.json").write_text(json.dumps(res.check.to_dict(), indent=1))
     res.fidelity.to_csv(out / "serve_fidelity.csv", index=False)
     fsum.to_csv(out / "fidelity_summary.csv", index=False)
     fsum_all.to_csv(out / "fidelity_in_sample_summary.csv", index=False)
@@ -275,13 +367,31 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
         "engine": engine_name, "limits": asdict(limits), "capacity_req_s": res.capacity,
         "profile": res.fit.to_dict(), "profile_all_runs": res.fit_all.to_dict() if res.fit_all else None,
         "overload": res.overload, "config": OmegaConf.to_container(stored, resolve=True)}, indent=1, default=str))
-    table, ftable = report.results_table(summary, engine_name), report.fidelity_table(fsum)
+    table = report.results_table(summary, engine_name, MIN_REPEATS)
+    ftable = report.fidelity_table(fsum, settings.drift_bound)
     if sc.plots and not res.requests.empty:
         report.plot_latency_cdf(res.requests, out / "serve_latency_cdf.png")
         report.plot_queue(res.steps, out / "serve_queue.png")
         tracker.log_image("serve_latency_cdf", out / "serve_latency_cdf.png")
     tracker.log_table("serve_fidelity", list(fsum.columns), fsum.values.tolist())
-    print(f"\n**Real engine ({engine_name}), means over {len(settings.seeds)} repeats [95% CI]**\n\n{table}")
+    n_rep = len(settings.seeds)
+    ci = "[95% CI]" if n_rep >= MIN_REPEATS else f"({n_rep} repeats: too few for an interval)"
+    print(f"\n**Real engine ({engine_name}), means over {n_rep} repeats {ci}**\n\n{table}")
+    print(f"\n**Latencies (s), means over {n_rep} repeats of each run's statistic**\n\n"
+          f"{report_stats.latency_table(real)}\n\n{report_stats.per_token_table(real, settings.slo)}")
+    print(f"\n**Paired gains over FCFS ({n_rep} repeats; exact sign-flip test over repeats; an interval needs >= "
+          f"{MIN_REPEATS})**\n\n{report_stats.paired_table(paired)}")
+    if len(starv):
+        print(f"\n**Starvation: every policy on the same workloads in the simulator ({res.fit.profile.name}; the "
+              f"predictions the live predictor made; no predictor cost), means over {n_rep} repeats**\n\n"
+              f"{starvation.table(starv)}")
+    if res.check is not None:
+        print(f"\n{res.check.reason}")
+    off = res.drift[res.drift["drifting"]] if len(res.drift) else res.drift
+    if len(off):
+        print(f"\nruns whose steps drifted more than ±{100 * settings.drift_bound:g}% from the profile (measured / "
+              "modelled step time): " + "; ".join(f"seed {r.seed} load {r.load:g} {r.policy} {r.drift:.3f}"
+                                                for r in off.itertuples()))
     print(f"\n**Simulator ({res.fit.profile.name}) vs real**\n\n{ftable}")
     if len(fsum_all):
         worst = fsum_all[fsum_all["metric"].isin([c[0] for c in report.FID_COLUMNS])]["max_abs_err"].max()

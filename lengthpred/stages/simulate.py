@@ -19,6 +19,7 @@ from lengthpred.sched import sources
 from lengthpred.sched.hardware import get_profile
 from lengthpred.sched.head_pool import has_predictions
 from lengthpred.sched.pool import LengthSource
+from lengthpred.sched.sweep_plots import plot_gain_and_starvation
 from lengthpred.stages.targets import request_targets
 
 __all__ = ["has_predictions", "load_head_pool", "load_source", "pool_stats", "request_targets", "run_simulate"]
@@ -141,6 +142,8 @@ def run_simulate(cfg: DictConfig, tracker: Any) -> Path:
     if sc.plots:
         ex.plot_latency_vs_load(summary, out / "latency_vs_load.png")
         tracker.log_image("latency_vs_load", out / "latency_vs_load.png")
+        plot_gain_and_starvation(summary, gains, out / "gain_vs_load.png")
+        tracker.log_image("gain_vs_load", out / "gain_vs_load.png")
     print(ex.format_table(summary, gains))
     print("\n" + ex.short_t5(summary, gains))
     print(f"wrote {out}/sched_results.csv (+ runs, gains, latencies, plot)")

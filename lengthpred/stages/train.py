@@ -27,7 +27,7 @@ from lengthpred.heads.base import HEADS, LabeledSet
 from lengthpred.heads.cross import CROSS_MODES, cross_mode, fit_cross, select_cross
 from lengthpred.heads.training import per_domain_scores, predictions_frame, run_training, score
 from lengthpred.names import SplitName
-from lengthpred.stages.features import ensure_features, feature_settings
+from lengthpred.stages.features import check_head_feature, ensure_features, feature_settings, truncated_counts
 from lengthpred.stages.heads import build, check_features_config, feature_name, feature_need, head_name, plain
 from lengthpred.stages.targets import load_targets
 from lengthpred.targets import target_frame
@@ -88,6 +88,7 @@ def load_stage_inputs(cfg: DictConfig) -> StageInputs:
     if kind in ("features", "tokens", "n_prompt_tokens"):
         check_features_config(feature_settings(cfg), feature, token_layer, str(hcfg.get("pooling")))
         inputs.features = ensure_features(cfg, prompts, need=[feature_need(hcfg)])  # a new trace: only this
+        check_head_feature(inputs.features, feature)
     return inputs
 
 
@@ -114,6 +115,7 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
             n_seeds=int(head_cfg.get("n_seeds") or 1),  # in-domain only: the cross pairs use the first seed
         )
     metrics["per_domain"] = per_domain_scores(preds)
+    metrics["n_truncated"] = truncated_counts(data.features, {part: ids[part] for part in ("train", "val", "test")})
     frames = [preds]
     seen = set(ids["train"]) | set(ids["val"])
     for split_name, sub_ids in forelen_ids(splits, seen).items():

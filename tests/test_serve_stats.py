@@ -1,0 +1,234 @@
+"""The serving statistics (issue 24, items 2-4): paired tests and intervals over repeats, one request's weight,
+the vLLM-bench latencies, per-run fidelity and step-time drift, and the calibration check on synthetic steps
+(no engine: the fake engine's exact step times, perturbed as a quiet or a busy machine would)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lengthpred.errors import DataError
+from lengthpred.serve.calibration_check import CheckBounds, check_calibration
+from lengthpred.serve.clock import VirtualClock
+from lengthpred.serve.experiment import ServeSettings, calibrate, fidelity_summary, run_grid
+from lengthpred.serve.fake import FakeEngine
+from lengthpred.serve.fidelity import step_drift
+from lengthpred.serve.metrics import SLO, itl_metrics, latency_metrics
+from lengthpred.serve.paired import gain_interval, paired_gains, sign_flip_p
+from lengthpred.serve.predictor import NoPredictor, TablePredictor
+from lengthpred.serve.priority import get_policy
+from lengthpred.serve.replay import replay
+from lengthpred.serve.report import fidelity_table
+from lengthpred.serve.report_stats import latency_table, paired_table, per_token_table
+from lengthpred.serve.workload import ServeRequest
+
+from .test_serve import PROF, _pool
+
+
+def _burst(n: int = 24, seed: int = 0) -> pd.DataFrame:
+    """The steps of a burst of n requests at t = 0 on the fake engine (exact step times)."""
+    rng = np.random.default_rng(seed)
+    reqs = [ServeRequest(f"r{i}", f"p{i}", [1] * int(rng.integers(10, 300)), int(rng.integers(5, 200)), 0.0, 0.0)
+            for i in range(n)]
+    clock = VirtualClock()
+    return replay(reqs, FakeEngine(PROF, clock), get_policy("fcfs"), NoPredictor(), clock).steps
+
+
+def _retime(steps: pd.DataFrame, factor: np.ndarray) -> pd.DataFrame:
+    """The same steps back to back, each `factor` times as long."""
+    d = (steps["t_end"] - steps["t_start"]).to_numpy() * factor
+    end = np.cumsum(d)
+    return steps.assign(t_start=end - d, t_end=end, idle_before=False)
+
+
+def test_sign_flip_test_is_exact_over_repeats():
+    assert sign_flip_p(np.array([1.0, 2.0, 3.0])) == pytest.approx(2 / 8)  # the smallest p 3 repeats allow
+    assert sign_flip_p(np.arange(1.0, 11.0)) == pytest.approx(2 / 1024)
+    assert sign_flip_p(np.array([1.0, -1.0, 2.0, -2.0])) == pytest.approx(1.0)
+    assert math.isnan(sign_flip_p(np.array([np.nan])))
+    assert sign_flip_p(np.array([0.3])) == 1.0  # one repeat shows nothing
+
+
+def test_an_interval_needs_ten_repeats_and_says_so_otherwise():
+    rng = np.random.default_rng(0)
+    lo, hi, note = gain_interval(np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.0, 1.5]))
+    assert math.isnan(lo) and math.isnan(hi) and note == "3 repeats: too few for an interval"
+    f = rng.uniform(1, 2, 12)
+    lo, hi, note = gain_interval(f, 0.7 * f * rng.uniform(0.9, 1.1, 12))
+    assert lo < 0.3 < hi and 0 < lo and "bootstrap" in note
+
+
+def _paired_runs(n_seeds: int, short_wait: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two policies on the same 10 requests per repeat; under FCFS, request 0 of repeat 0 (a 2-token
+    answer) waits `short_wait` s; every other request has the same latencies under both."""
+    req_rows, run_rows = [], []
+    for s in range(n_seeds):
+        for pol, pred in (("fcfs", "none"), ("oracle-sjf", "clairvoyant")):
+            rows = []
+            for k in range(10):
+                out = 2 if k == 0 else 100
+                wait = short_wait if (k == 0 and s == 0 and pol == "fcfs") else 1.0 + 0.1 * s
+                rows.append({"rid": f"s{s}-l0.9-{pol}-{k}", "arrival": float(k), "first_token": k + wait,
+                             "finish": k + wait + 0.05 * out, "output_tokens": out, "status": "finished",
+                             "policy": pol, "predictor": pred, "load": 0.9, "seed": s})
+            r = pd.DataFrame(rows)
+            m = latency_metrics(r["arrival"], r["first_token"], r["finish"], r["output_tokens"],
+                                np.zeros(len(r), bool), end=float(r["finish"].max()), slo=SLO())
+            run_rows += [{"policy": pol, "predictor": pred, "load": 0.9, "seed": s, "metric": k, "value": v}
+                         for k, v in m.items()]
+            req_rows += rows
+    return pd.DataFrame(run_rows), pd.DataFrame(req_rows)
+
+
+def test_leave_one_out_shows_one_request_carrying_the_gain():
+    runs, reqs = _paired_runs(3, short_wait=13.0)
+    pg = paired_gains(runs, reqs, SLO()).set_index("metric")
+    ptl = pg.loc["per_token_latency_mean"]
+    assert ptl["gain"] > 0.5 and ptl["interval"] == "3 repeats: too few for an interval"
+    assert ptl["loo_low"] == pytest.approx(0.0, abs=1e-12)  # without the 2-token answer there is no gain
+    assert ptl["loo_request"] == "seed 0 request 0"
+    assert ptl["p_value"] == pytest.approx(1.0)  # only repeat 0 differs: +d, 0, 0 gives p = 1
+    assert pg.loc["per_token_latency_p50", "gain"] == pytest.approx(0.0, abs=1e-12)  # the median does not move
+    txt = paired_table(pg.reset_index())
+    assert "ptl mean" in txt and "3 repeats: too few for an interval" in txt and "+0% … " in txt
+
+
+def test_latency_metrics_report_short_answers_apart_and_the_longest_wait():
+    arrival = np.array([0.0, 0.0, 0.0])
+    first = np.array([1.0, 5.0, 2.0])
+    finish = np.array([2.0, 6.0, 42.0])
+    out = np.array([2, 10, 40])
+    m = latency_metrics(arrival, first, finish, out, np.zeros(3, bool), end=42.0, slo=SLO(short_tokens=16))
+    assert m["per_token_latency_mean_short"] == pytest.approx(np.mean([2 / 2, 6 / 10]))
+    assert m["per_token_latency_mean_long"] == pytest.approx(42 / 40) and m["n_short"] == 2
+    assert m["ttft_max"] == 5.0 and m["jct_max"] == 42.0
+
+
+def test_inter_token_latency_is_every_gap_between_a_requests_tokens():
+    clock = VirtualClock()
+    reqs = [ServeRequest("a", "p", [1] * 50, 5, 0.0, 5.0), ServeRequest("b", "q", [1] * 20, 3, 0.0, 3.0)]
+    run = replay(reqs, FakeEngine(PROF, clock), get_policy("fcfs"), NoPredictor(), clock)
+    m = itl_metrics(run.requests, run.steps)
+    d = (run.steps["t_end"] - run.steps["t_start"]).to_numpy()
+    # a: gaps = steps 2..5, b: steps 2..3 (both start in step 1)
+    assert m["itl_mean"] == pytest.approx(np.mean(np.r_[d[1:5], d[1:3]]))
+    assert m["itl_p50"] == pytest.approx(np.median(np.r_[d[1:5], d[1:3]]))
+
+
+def test_step_drift_measures_a_run_that_ran_off_the_profile():
+    steps = _burst()
+    assert step_drift(steps, PROF, skip=0) == pytest.approx(1.0)
+    assert step_drift(_retime(steps, np.full(len(steps), 1.08)), PROF, skip=0) == pytest.approx(1.08)
+
+
+def test_a_quiet_calibration_passes_and_a_busy_one_is_flagged_in_one_line():
+    steps = _burst(40)
+    rng = np.random.default_rng(1)
+    quiet = _retime(steps, 1 + rng.normal(0, 0.01, len(steps)))
+    chk = check_calibration(quiet, FakeEngine(PROF, VirtualClock()).limits, skip=0)
+    assert chk.ok and chk.reason.startswith("calibration burst passes") and chk.r2 > 0.95
+    # another process on the cores: a third of the steps take 1.5-3x as long
+    noise = np.where(rng.random(len(steps)) < 0.3, rng.uniform(1.5, 3.0, len(steps)), 1.0)
+    busy = _retime(steps, noise * (1 + rng.normal(0, 0.01, len(steps))))
+    chk = check_calibration(busy, FakeEngine(PROF, VirtualClock()).limits, skip=0)
+    assert not chk.ok and "\n" not in chk.reason and "looks busy" in chk.reason
+    assert "R² 0.18 < 0.6" in chk.reason and "of steps over 1.5x their modelled time" in chk.reason
+    # one stalled step (5 s) drags the NNLS fit, not the robust one
+    stall = quiet.copy()
+    stall.loc[len(stall) // 2:, ["t_start", "t_end"]] += 5.0
+    stall.loc[len(stall) // 2, "t_start"] -= 5.0
+    chk = check_calibration(stall, FakeEngine(PROF, VirtualClock()).limits, skip=0)
+    for k in ("t_seq", "t_prefill_token"):
+        assert getattr(chk.robust.profile, k) == pytest.approx(getattr(PROF, k), rel=0.05), k
+    assert abs(chk.fit.profile.t_seq / PROF.t_seq - 1) > 0.2
+    # a quiet burst whose re-measure runs 20% slower is flagged too
+    chk = check_calibration(quiet, FakeEngine(PROF, VirtualClock()).limits, skip=0,
+                            recheck=_retime(_burst(8, 5), np.full(len(_burst(8, 5)), 1.2)))
+    assert not chk.ok and "a re-measure ran +20." in chk.reason
+
+
+def test_a_busy_calibration_is_refused_when_asked():
+    with pytest.raises(DataError, match="check on_fail"):
+        CheckBounds(on_fail="maybe")
+    clock = VirtualClock()
+    s = ServeSettings(loads=[0.8], seeds=[0], n_requests=10, policies=["fcfs"], calibration_requests=12, fit_skip=0,
+                      check=CheckBounds(min_r2=1.01, on_fail="refuse"))  # no fit can pass
+    with pytest.raises(DataError, match=r"^calibration burst looks busy .*R² 1\.00 < 1\.01.*on_fail=warn$"):
+        calibrate(FakeEngine(PROF, clock), _pool(), s, clock)
+    s.check = CheckBounds()
+    fit, run, chk = calibrate(FakeEngine(PROF, clock), _pool(), s, clock)
+    assert chk.ok and chk.shift == pytest.approx(0.0, abs=1e-9) and fit.r2 == pytest.approx(1.0)
+
+
+def test_grid_reports_per_run_fidelity_drift_and_the_bench_tables():
+    pool = _pool()
+    pred = {i: float(np.mean(s)) for i, s in zip(pool.ids, pool.samples, strict=True)}
+    clock = VirtualClock()
+    s = ServeSettings(loads=[0.9], seeds=[0, 1], n_requests=20, policies=["fcfs", "sjf", "oracle"],
+                      calibration_requests=12, fit_skip=0)
+    make = lambda pol: ("mean", TablePredictor(pred, "mean") if pol == "sjf" else NoPredictor())  # noqa: E731
+    res = run_grid(FakeEngine(PROF, clock), pool, s, make, clock=clock, progress=lambda m: None)
+    assert res.check is not None and res.check.ok
+    assert np.allclose(res.drift["drift"], 1.0) and not res.drift["drifting"].any()
+    fs = fidelity_summary(res.fidelity)
+    assert {"drift_min", "drift_max", "n_drifting", "max_abs_err"} <= set(fs.columns)
+    assert {"per_token_latency_p99", "ttft_p50", "jct_max", "per_token_latency_mean_short"} <= set(fs["metric"])
+    assert "(0/2)" in fidelity_table(fs, 0.05)
+    real = res.runs[res.runs["hardware"] == "fake"]
+    assert {"itl_mean", "itl_p99", "ttft_max"} <= set(real["metric"])
+    assert "ITL mean / median / p99" in latency_table(real) and "answers < 16 tok" in per_token_table(real, SLO())
+    pg = paired_gains(real, res.requests, s.slo)
+    assert set(pg["policy"]) == {"sjf", "oracle-sjf"} and (pg["n"] == 2).all()
+    assert (pg["interval"] == "2 repeats: too few for an interval").all()
+    assert (pg["loo_low"] <= pg["gain"] + 1e-12).all() and (pg["gain"] <= pg["loo_high"] + 1e-12).all()
+
+
+def test_the_named_vllm_profile_is_the_committed_calibration():
+    import json
+
+    from lengthpred.paths import REPO_ROOT
+    from lengthpred.sched.hardware import get_profile
+
+    stored = json.loads((REPO_ROOT / "data/reference/smollm2-135m/serve_demo/profile.json").read_text())["profile"]
+    prof = get_profile("cpu-smollm2-135m-vllm").to_dict()
+    for k in ("t_base", "t_seq", "t_ctx", "t_prefill_token", "max_batch", "token_budget", "kv_blocks", "block_size"):
+        assert prof[k] == stored[k], k
+
+
+def test_the_load_sweep_figure_is_written(tmp_path):
+    from lengthpred.sched.sweep_plots import plot_gain_and_starvation
+
+    rows, gains = [], []
+    for load in (0.5, 0.8, 1.0):
+        for pol, pred in (("fcfs", "none"), ("sjf", "linear"), ("oracle-sjf", "clairvoyant")):
+            rows += [(pol, pred, load, m, v * load) for m, v in (("jct_p99", 30.0), ("max_wait", 12.0))]
+            gains.append((pol, pred, load, "gain_vs_fcfs", 0.0 if pol == "fcfs" else 0.3 * load, 0.1, 0.5, 10))
+    summary = pd.DataFrame(rows, columns=["policy", "predictor", "load", "metric", "value"])
+    g = pd.DataFrame(gains, columns=["policy", "predictor", "load", "metric", "value", "ci_low", "ci_high", "n"])
+    assert plot_gain_and_starvation(summary, g, tmp_path / "g.png").stat().st_size > 10_000
+
+
+@pytest.mark.integration
+def test_the_committed_runs_read_with_the_new_statistics():
+    """The README's serving numbers, from the committed runs (no engine)."""
+    from lengthpred.paths import REPO_ROOT
+    from lengthpred.stages.serve import resimulated
+
+    run = REPO_ROOT / "data/reference/smollm2-135m/serve_demo"
+    if not (run / "serve.json").is_file():
+        pytest.skip("the committed real-engine runs are missing")
+    res, s, name, _ = resimulated(run)
+    assert res.check is not None and res.check.ok and res.check.r2 == pytest.approx(0.834, abs=1e-3)
+    live = res.drift[res.drift["policy"] == "sjf"]
+    assert live["drifting"].all() and not res.drift[res.drift["policy"] != "sjf"]["drifting"].any()
+    real = res.runs[res.runs["hardware"] == name]
+    pg = paired_gains(real, res.requests, s.slo).set_index(["load", "policy", "metric"])
+    o = pg.loc[(0.95, "oracle-sjf", "per_token_latency_mean")]
+    assert o["gain"] == pytest.approx(0.596, abs=1e-3) and o["p_value"] == pytest.approx(0.25)
+    assert o["loo_low"] == pytest.approx(0.247, abs=1e-3) and o["interval"] == "3 repeats: too few for an interval"
+    assert abs(pg.loc[(0.95, "oracle-sjf", "per_token_latency_p50"), "gain"]) < 0.03  # the median barely moves
+    short = real[(real["metric"] == "n_short")].groupby(["load", "policy"])["value"].sum()
+    assert (short == 6).all()
