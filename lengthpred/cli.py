@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import ConfigError, LengthpredError
@@ -64,6 +65,25 @@ def check_fresh_run_dir(run_dir: Path) -> None:
         raise ConfigError(f"run folder {run_dir} already holds another run's files ({', '.join(others[:4])}"
                           f"{', …' if len(others) > 4 else ''}): give this run its own hydra.run.dir, or empty "
                           "that folder")
+
+
+class RunDirGuard(Callback):
+    """Hydra callback (conf/hydra/default.yaml): a run or sweep folder that already holds anything is refused
+    before Hydra writes its `.hydra/` into it, which would overwrite the earlier run's provenance. It runs
+    before the job, outside `stage`, so it prints the one line itself."""
+
+    def _refuse_used(self, config: DictConfig, key: str) -> None:
+        folder = Path(str(OmegaConf.select(config, key)))
+        if folder.is_dir() and any(folder.iterdir()):
+            print(f"error: {key}={folder} already holds another run's files: give this run a new folder, or "
+                  "empty that one", file=sys.stderr)
+            sys.exit(2)
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._refuse_used(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._refuse_used(config, "hydra.sweep.dir")
 
 
 def stage(fn: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:

@@ -43,6 +43,29 @@ def test_a_run_folder_holding_another_runs_results_is_refused(tmp_path):
         check_fresh_run_dir(tmp_path)
 
 
+
+def test_a_used_run_folder_is_refused_before_hydra_overwrites_its_provenance(tmp_path, capsys):
+    from lengthpred.cli import RunDirGuard
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", return_hydra_config=True,
+                      overrides=["logger=disabled", f"hydra.run.dir={tmp_path / 'run'}",
+                                 f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert [c._target_ for c in cfg.hydra.callbacks.values()] == ["lengthpred.cli.RunDirGuard"]
+    RunDirGuard().on_run_start(cfg)  # a folder that does not exist yet: fine
+    (tmp_path / "run" / ".hydra").mkdir(parents=True)
+    (tmp_path / "run" / ".hydra" / "config.yaml").write_text("head: {name: constant}\n")
+    with pytest.raises(SystemExit) as e:
+        RunDirGuard().on_run_start(cfg)
+    assert e.value.code == 2 and "already holds another run's files" in capsys.readouterr().err
+    assert (tmp_path / "run" / ".hydra" / "config.yaml").read_text() == "head: {name: constant}\n"
+    (tmp_path / "sweep").mkdir()
+    RunDirGuard().on_multirun_start(cfg)  # empty: fine
+    (tmp_path / "sweep" / "0").mkdir()
+    with pytest.raises(SystemExit):
+        RunDirGuard().on_multirun_start(cfg)
+
+
 BAD = [
     ("features.batch_size=abc", "features.batch_size='abc': must be an integer"),
     ("features.batch_size=1.5", "features.batch_size=1.5: must be an integer"),
