@@ -19,6 +19,8 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
+import shutil
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -45,7 +47,7 @@ def _is_bookkeeping(p: Path) -> bool:
 
 
 def tree_digest(root: str | Path, skip: Iterable[str] = (), *, use_checksums: bool = False) -> str:
-    """sha256 over every file under `root` (relative name + contents; locks, temps, checksums and any path
+    """sha256 over every file under `root` (relative name + contents; locks, temps, checksums, logs and any path
     with a part named in `skip` left out); a file's digest when `root` is a file. `use_checksums`: a file
     with a stored checksum enters by it, unread (a large store fingerprinted in a moment)."""
     root = Path(root)
@@ -55,8 +57,8 @@ def tree_digest(root: str | Path, skip: Iterable[str] = (), *, use_checksums: bo
     skip = set(skip)
     for p in sorted(q for q in root.rglob("*") if q.is_file()):
         rel = p.relative_to(root)
-        if _is_bookkeeping(p) or skip.intersection(rel.parts):
-            continue
+        if _is_bookkeeping(p) or p.suffix == ".log" or skip.intersection(rel.parts):
+            continue  # a log's timestamps are not content: a byte-identical rerun keeps its digest
         ck = checksum_path(p)
         digest = ck.read_text().strip() if use_checksums and ck.is_file() else file_digest(p)
         h.update(str(rel).encode() + b"\0" + digest.encode())
@@ -67,6 +69,33 @@ def temp_path(path: str | Path) -> Path:
     """`.<name>.<pid>.<random>.tmp` beside `path`: no two writers (processes or threads) share it."""
     path = Path(path)
     return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+_TEMP = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def sweep_stale_temps(folder: str | Path) -> int:
+    """Remove the temps (files or folders, `temp_path` names) left in `folder` by writers that died mid-write:
+    their pid no longer runs. Call it under the folder's lock; returns how many it removed."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return 0
+    stale = [p for p in folder.iterdir() if (m := _TEMP.match(p.name)) and not _alive(int(m.group(1)))]
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    if stale:
+        log.info("%s: removed %d temp file(s) of writers that died mid-write", folder, len(stale))
+    return len(stale)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
@@ -111,7 +140,10 @@ def verify(path: str | Path) -> bool | None:
     ck = checksum_path(path)
     if not ck.is_file():
         return None
-    return ck.read_text().strip() == file_digest(path)
+    try:
+        return ck.read_text().strip() == file_digest(path)
+    except OSError:  # moved aside by another reader meanwhile, or unreadable: damaged either way
+        return False
 
 
 def quarantine(path: str | Path, why: str) -> Path:

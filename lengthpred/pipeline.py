@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import LengthpredError
 from lengthpred.eval.inputs import read_sched
-from lengthpred.integrity import atomic_write_text, tree_digest
+from lengthpred.integrity import atomic_write_text, folder_lock, tree_digest
 from lengthpred.paths import REPO_ROOT, default_datasets_root
 from lengthpred.sched.summary import short_t5
 from lengthpred.stages.locations import experiment_dir
@@ -185,6 +185,15 @@ def run_pipeline(cfg: DictConfig, overrides: list[str]) -> None:
     into outputs/<experiment>/<stage>/, skipped when cached (`run_stage`, keyed by `source_hash`); then the
     headline tables."""
     exp_dir = experiment_dir(cfg)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    with folder_lock(exp_dir, ".pipeline.lock"):  # a second pipeline on this experiment waits: stages never mix
+        _run_stages(cfg, overrides, exp_dir)
+    print_summary(Path(cfg.eval.tables_dir), cfg.pipeline.print_tables, exp_dir / "simulate")
+    print(f"\nAll stages done. Tables and plots: {exp_dir / 'tables'}; runs: {exp_dir}; W&B offline: "
+          f"{cfg.paths.outputs_dir}/wandb")
+
+
+def _run_stages(cfg: DictConfig, overrides: list[str], exp_dir: Path) -> None:
     user = [o for o in overrides if not o.startswith("pipeline.")]
     key = source_hash(REPO_ROOT, user)  # then, stage by stage, what the earlier stages wrote
     skip = set(cfg.pipeline.skip or [])
@@ -203,6 +212,3 @@ def run_pipeline(cfg: DictConfig, overrides: list[str]) -> None:
 
         run_stage(name, out, key, run, force=bool(cfg.pipeline.force))
         key = config_hash(key, (_read_marker(out / MARKER) or {}).get("digests"))  # as checked or written
-    print_summary(Path(cfg.eval.tables_dir), cfg.pipeline.print_tables, exp_dir / "simulate")
-    print(f"\nAll stages done. Tables and plots: {exp_dir / 'tables'}; runs: {exp_dir}; W&B offline: "
-          f"{cfg.paths.outputs_dir}/wandb")

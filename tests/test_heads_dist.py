@@ -49,6 +49,9 @@ def test_censored_fit_recovers_mean_and_spread_that_the_naive_fit_shrinks():
     assert np.abs((1 - dc.cdf(np.full(len(mut), t))) - truth).mean() < 0.02
     assert np.abs((1 - dn.cdf(np.full(len(mut), t))) - truth).mean() > 0.05
     assert cens.converged_
+    # both know the data's cap, so both points are E[min(L, cap)] (the naive one's lower: its spread is shrunk)
+    assert naive.cap_ == cens.cap_ == y[capped].min()
+    assert (naive.predict(Xt) <= cens.cap_).all() and (cens.predict(Xt) <= cens.cap_).all()
 
 
 def test_censored_head_without_censoring_is_the_ridge_on_log_lengths():

@@ -222,8 +222,9 @@ def test_the_committed_runs_read_with_the_new_statistics():
         pytest.skip("the committed real-engine runs are missing")
     res, s, name, _ = resimulated(run)
     assert res.check is not None and res.check.ok and res.check.r2 == pytest.approx(0.834, abs=1e-3)
-    live = res.drift[res.drift["policy"] == "sjf"]
-    assert live["drifting"].all() and not res.drift[res.drift["policy"] != "sjf"]["drifting"].any()
+    live = res.drift[res.drift["policy"] == "sjf"]  # steps with no prediction in flight: one live run drifts
+    assert live["drifting"].sum() == 1 and live["drift"].max() == pytest.approx(1.086, abs=1e-3)
+    assert not res.drift[res.drift["policy"] != "sjf"]["drifting"].any()
     real = res.runs[res.runs["hardware"] == name]
     pg = paired_gains(real, res.requests, s.slo).set_index(["load", "policy", "metric"])
     o = pg.loc[(0.95, "oracle-sjf", "per_token_latency_mean")]
@@ -232,3 +233,24 @@ def test_the_committed_runs_read_with_the_new_statistics():
     assert abs(pg.loc[(0.95, "oracle-sjf", "per_token_latency_p50"), "gain"]) < 0.03  # the median barely moves
     short = real[(real["metric"] == "n_short")].groupby(["load", "policy"])["value"].sum()
     assert (short == 6).all()
+
+
+def test_step_drift_charges_a_step_after_a_left_out_one_only_its_own_cycle():
+    """Steps that overlapped a live prediction leave the drift; the quiet step after one is charged its own
+    cycle, not the busy step's too (durations are taken on the whole run before the mask)."""
+    steps = _burst().assign(n_predicting=0)
+    busy = np.zeros(len(steps), bool)
+    busy[3::4] = True  # every fourth step overlapped a prediction and ran 2.4x slower
+    steps = _retime(steps, np.where(busy, 2.4, 1.0)).assign(n_predicting=busy.astype(int))
+    assert step_drift(steps, PROF, skip=0) == pytest.approx(1.0)
+
+
+def test_a_blank_run_leaves_the_point_gain_as_it_leaves_the_test():
+    """An overloaded (blank) run on one side drops its repeat from both means, not from one."""
+    rows = []
+    for seed in range(10):
+        rows.append(("fcfs", "none", 0.9, seed, "ttft_mean", 2.0 if seed else 100.0))
+        rows.append(("sjf", "h", 0.9, seed, "ttft_mean", 1.0 if seed else math.nan))  # seed 0: overloaded
+    runs = pd.DataFrame(rows, columns=["policy", "predictor", "load", "seed", "metric", "value"])
+    g = paired_gains(runs, pd.DataFrame(), SLO(), metrics=["ttft_mean"], loo=False).iloc[0]
+    assert g["n"] == 9 and g["gain"] == pytest.approx(0.5)  # not 1 - 1 / mean(100, 2, ..., 2)

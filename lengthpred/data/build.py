@@ -29,7 +29,7 @@ from lengthpred.data.splits import (
 from lengthpred.data.summary import format_table, reference_lengths, summary_rows
 from lengthpred.data.trace import build_from_trace, expand_paths, length_stat
 from lengthpred.errors import DataError
-from lengthpred.integrity import atomic_write_text, file_digest, locked, temp_path, tree_digest
+from lengthpred.integrity import atomic_write_text, file_digest, locked, sweep_stale_temps, temp_path, tree_digest
 from lengthpred.models import serving_tokenizer
 from lengthpred.paths import DATA_DIR, resolve
 from lengthpred.prompting import encode_prompt
@@ -68,13 +68,13 @@ def config_hash(data_cfg: Mapping[str, Any]) -> str:
 
 
 def input_digests(data_cfg: Mapping[str, Any]) -> list[str]:
-    """sha256 of every trace file a `data.kind=trace` config reads (sorted: contents, not names); [] for the
-    pinned source datasets (checked by sha256 when fetched)."""
+    """`<role>:<sha256>` of every trace file a `data.kind=trace` config reads (contents, not names; sorted within
+    its role, so swapping the train and test files is a change); [] for the pinned source datasets (checked by
+    sha256 when fetched)."""
     if data_cfg.get("kind") != "trace":
         return []
-    files = [*expand_paths(data_cfg.get("train_path"), "data.train_path"),
-             *expand_paths(data_cfg.get("test_path"), "data.test_path")]
-    return sorted(file_digest(p) for p in files)
+    return [f"{role}:{d}" for role in ("train", "test")
+            for d in sorted(file_digest(p) for p in expand_paths(data_cfg.get(f"{role}_path"), f"data.{role}_path"))]
 
 
 def _plain(node: Any) -> Any:
@@ -184,6 +184,8 @@ def _stale(out: Path, want: dict[str, Any], stamp: dict[str, Any] | None) -> str
     """Why a prepared set cannot be reused (None: it can)."""
     if stamp is None or not (out / "splits.json").is_file() or not (out / "prompts").is_dir():
         return "not built yet"
+    if stamp.get("state") == "building":
+        return "its last build was interrupted"
     changed = [k for k in want if stamp.get(k) != want[k]]
     if changed:
         return "built from other " + ", ".join({"config": "data settings", "inputs": "trace file contents",
@@ -206,6 +208,7 @@ def prepare(data_cfg: Mapping[str, Any], *, reference: Path | None = None, force
     """
     out = splits_dir(data_cfg)
     with locked(out.with_name(f".{out.name}.lock")):
+        sweep_stale_temps(out)
         return _prepare(data_cfg, out, reference, force)
 
 
@@ -236,7 +239,8 @@ def _prepare(data_cfg: Mapping[str, Any], out: Path, reference: Path | None, for
     stat = length_stat(str(data_cfg.get("length_stat", "mean")))  # sources record other models' lengths
     rows = [{**{c: r[c] for c in COLUMNS}, "length": stat(r["lengths"]) if r["lengths"] else None}
             for r in sorted(records, key=lambda r: r["id"])]
-    (out / STAMP).unlink(missing_ok=True)  # a crash from here on leaves no stamp: the next run rebuilds
+    # a crash from here on leaves a "building" stamp: loaders refuse the set and the next prepare rebuilds it
+    atomic_write_text(out / STAMP, json.dumps({"state": "building"}))
     tmp = temp_path(out / "prompts")
     Dataset.from_list(rows, features=FEATURES).save_to_disk(str(tmp))
     shutil.rmtree(out / "prompts", ignore_errors=True)
@@ -259,8 +263,12 @@ def _check_built(data_cfg: Mapping[str, Any], out: Path, part: str) -> Path:
     if not p.exists():
         raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg['name']}` first")
     stamp = _read_stamp(out)
-    if stamp is None:  # a set prepared before stamps existed (or mid-build): nothing to compare with
-        return p
+    if stamp is None:
+        if data_cfg.get("kind") == "trace":  # its files may have changed since: nothing to compare them with
+            raise DataError(f"{out} was prepared before fingerprints existed (no {STAMP}); {rerun}")
+        return p  # the pinned source datasets: a set prepared before stamps existed
+    if stamp.get("state") == "building":
+        raise DataError(f"{out}: its last build was interrupted (prompts and splits may not match); {rerun}")
     if stamp.get("config") != config_hash(data_cfg):
         raise DataError(f"{out} was prepared with other data settings than this run's; {rerun}")
     if stamp.get("inputs") != input_digests(data_cfg):

@@ -35,7 +35,7 @@ from lengthpred.features.store import (
     done_ids,
     write_part,
 )
-from lengthpred.integrity import locked
+from lengthpred.integrity import locked, sweep_stale_temps
 from lengthpred.names import FeatureKey, hidden_name
 from lengthpred.paths import DATA_DIR, REPO_ROOT
 from lengthpred.prompting import encode_prompt
@@ -275,6 +275,7 @@ def extract_features(
     i, n = shard
     # one writer per (store, shard): a second identical extraction waits, then finds every part written
     with locked(root / f".lock-{i}of{n}"):
+        sweep_stale_temps(root / "parts")
         atomic_write_json(root / MANIFEST, {
             "model": ident, "cache_key": key, "prompts_hash": p_hash, "git_revision": git_revision(),
             "settings": settings.hashed(), "layers": plan.hs_layers, "attn_layers": plan.attn_layers,

@@ -25,7 +25,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lengthpred.errors import DataError
-from lengthpred.integrity import atomic_write_text, folder_lock, publish, quarantine, temp_path, verify
+from lengthpred.integrity import (
+    atomic_write_text,
+    folder_lock,
+    publish,
+    quarantine,
+    sweep_stale_temps,
+    temp_path,
+    verify,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +134,7 @@ def merge(root: Path, expected_ids: Iterable[str], num_samples: int, manifest_ex
     import datasets
 
     with folder_lock(root, ".merge.lock"):  # two shards finishing together: one merges, then the other
+        sweep_stale_temps(root)
         return _merge(datasets, root, expected_ids, num_samples, manifest_extra)
 
 

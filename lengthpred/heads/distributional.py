@@ -202,6 +202,8 @@ class CensoredLogNormalHead(_LogReadout):
         X = validate_data(self, X, dtype=np.float64)
         y = check_targets(y, len(X))
         cens = _censored_mask(censored, len(X))
+        # the cap is the data's, whichever likelihood: the naive fit's point is E[min(L, cap)] too
+        self.cap_ = float(y[cens].min()) if cens.any() else float("nan")
         if self.censoring == "ignore":
             cens = np.zeros_like(cens)
         Z, z, alpha, sd0 = self._start(X, y)
@@ -241,7 +243,6 @@ class CensoredLogNormalHead(_LogReadout):
         self.coef_, self.intercept_ = th[:d], float(th[d])
         self.scale_coef_ = th[d + 1: d + 1 + k]
         self.scale_intercept_ = float(th[d + 1 + k])
-        self.cap_ = float(y[cens].min()) if cens.any() else float("nan")
         self.n_iter_ = max(int(res.nit), 1)  # 0 when the ridge start is already optimal (nothing censored)
         self.converged_ = bool(res.success)
         del self._ridge

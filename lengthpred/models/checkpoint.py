@@ -14,7 +14,14 @@ import shutil
 from pathlib import Path
 
 from lengthpred.errors import ModelError
-from lengthpred.integrity import atomic_write_text, file_digest, locked, quarantine, temp_path
+from lengthpred.integrity import (
+    atomic_write_text,
+    file_digest,
+    locked,
+    quarantine,
+    sweep_stale_temps,
+    temp_path,
+)
 from lengthpred.models.specs import ModelSpec, _package_dir, embedded_serving_spec
 from lengthpred.paths import resolve
 
@@ -97,6 +104,7 @@ def convert_gguf(spec: ModelSpec) -> Path:
         return cache
     # one converter per cache: a second process waits, then finds the cache made (or rebuilds a damaged one)
     with locked(cache.with_name(f".{cache.name}.lock")):
+        sweep_stale_temps(cache.parent)
         if not _verified_cache(cache):
             _convert(spec, src, cache)
             _VERIFIED.add(cache)

@@ -112,9 +112,9 @@ def simulate(
     if any(b < a or f <= 0 for a, b, f in slow) or any(slow[i][1] > slow[i + 1][0] for i in range(len(slow) - 1)):
         raise ConfigError("slowdown intervals must be sorted, disjoint (t0 <= t1) and have a factor > 0")
     n = len(workload)
-    if prefill_first and (policy.preemptive or speculative):
-        raise ConfigError(f"prefill_first models a non-preemptive engine without speculative decoding; "
-                          f"policy {policy.name!r}{' with speculative decoding' if speculative else ''} is not one")
+    if prefill_first and (policy.preemptive or speculative or getattr(policy, "ages", False)):
+        raise ConfigError(f"prefill_first models a non-preemptive engine without speculative decoding or aging "
+                          f"keys; policy {policy.name!r}{' with speculative decoding' if speculative else ''} is not one")
     if speculative and workload.accept is None:
         raise DataError("speculative decoding needs per-request acceptance rates (workload.accept)")
     if predictor is None:

@@ -28,7 +28,7 @@ import pandas as pd
 from lengthpred.errors import DataError
 from lengthpred.serve.engine import EngineLimits
 from lengthpred.serve.fidelity import step_drift
-from lengthpred.serve.profile_fit import ProfileFit, fit_profile, model_step_times, step_durations
+from lengthpred.serve.profile_fit import ProfileFit, fit_profile, step_durations_kept
 
 ON_FAIL = ("warn", "refuse", "off")
 
@@ -65,13 +65,8 @@ class CalibrationCheck:
 
 
 def _ratios(steps: pd.DataFrame, fit: ProfileFit, skip: int) -> np.ndarray:
-    s = steps.iloc[skip:]
-    s = s[s["batch"] > 0]
-    if "n_predicting" in s.columns:
-        s = s[s["n_predicting"] == 0]
-    d, m = step_durations(s), model_step_times(s, fit.profile)
-    ok = np.isfinite(d) & (m > 0)
-    return d[ok] / m[ok]
+    d, m = step_durations_kept(steps, fit.profile, skip)
+    return d / m
 
 
 def check_calibration(steps: pd.DataFrame, limits: EngineLimits, bounds: CheckBounds = CheckBounds(), *,

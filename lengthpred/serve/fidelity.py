@@ -32,7 +32,7 @@ from lengthpred.sched.simulator import simulate
 from lengthpred.sched.workload import Workload
 from lengthpred.serve.metrics import SLO, latency_metrics
 from lengthpred.serve.priority import ServePolicy
-from lengthpred.serve.profile_fit import model_step_times, step_durations
+from lengthpred.serve.profile_fit import model_step_times, step_durations, step_durations_kept
 
 FIDELITY_METRICS = tuple(f"{m}_{s}" for m in ("per_token_latency", "ttft", "jct", "tpot")
                          for s in ("mean", "p50", "p90", "p99")) + (
@@ -79,15 +79,8 @@ def step_drift(steps: pd.DataFrame, profile: HardwareProfile, skip: int = 2) -> 
     """Measured / modelled time of a run's steps (after `skip` warm-up steps; steps that scheduled nothing or
     overlapped a live prediction left out): 1.03 = the engine ran 3% slower than the profile. NaN when no
     step qualifies."""
-    s = steps.iloc[skip:]
-    s = s[s["batch"] > 0]
-    if "n_predicting" in s.columns:
-        s = s[s["n_predicting"] == 0]
-    if s.empty:
-        return math.nan
-    d, m = step_durations(s), model_step_times(s, profile)
-    ok = np.isfinite(d) & (m > 0)
-    return float(d[ok].sum() / m[ok].sum()) if ok.any() else math.nan
+    d, m = step_durations_kept(steps, profile, skip)
+    return float(d.sum() / m.sum()) if len(d) else math.nan
 
 
 def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareProfile,

@@ -67,8 +67,11 @@ def gain_interval(f: np.ndarray, x: np.ndarray, level: float = 0.95, n_boot: int
 
 
 def _gain(f: np.ndarray, x: np.ndarray) -> float:
-    mf = float(np.nanmean(f))
-    return 1 - float(np.nanmean(x)) / mf if mf else math.nan
+    """1 − mean(x) / mean(f) over the repeats where both runs have the statistic (an overloaded run is blank:
+    its pair leaves both means, as it leaves the test and the interval)."""
+    ok = np.isfinite(f) & np.isfinite(x)
+    mf = float(np.mean(f[ok])) if ok.any() else math.nan
+    return 1 - float(np.mean(x[ok])) / mf if mf else math.nan
 
 
 def _request_index(requests: pd.DataFrame) -> np.ndarray:
@@ -96,6 +99,8 @@ def _loo(requests: pd.DataFrame, load: float, pol: tuple[str, str], fcfs: tuple[
         for k in sorted(set(runs[fcfs]["_k"])):
             left = {p: _run_stats(r[r["_k"] != k], slo) for p, r in runs.items()}
             for m in metrics:
+                if not all(math.isfinite(base[(*p, s)].get(m, math.nan)) for p in (pol, fcfs)):
+                    continue  # a blanked (overloaded) run stays out, as it does of the point gain
                 f = np.array([left[fcfs][m] if t == s else base[(*fcfs, t)].get(m, math.nan) for t in seeds])
                 x = np.array([left[pol][m] if t == s else base[(*pol, t)].get(m, math.nan) for t in seeds])
                 out[m].append((_gain(f, x), f"seed {s} request {k}"))
@@ -137,7 +142,9 @@ def paired_gains(real_runs: pd.DataFrame, requests: pd.DataFrame, slo: SLO, metr
                 ci_lo, ci_hi, note = gain_interval(f, x, level)
                 gain = _gain(f, x)
                 lo, hi, who = _loo_range(lo_hi.get(m, []), gain)
-                rows.append((float(load), pol[0], pol[1], m, float(np.nanmean(f)), float(np.nanmean(x)), gain,
-                             float(np.nanmean(f - x)), int((np.isfinite(f) & np.isfinite(x)).sum()),
+                ok = np.isfinite(f) & np.isfinite(x)  # the paired repeats: both means over the same ones
+                mf, mx = (float(np.mean(f[ok])), float(np.mean(x[ok]))) if ok.any() else (math.nan, math.nan)
+                rows.append((float(load), pol[0], pol[1], m, mf, mx, gain,
+                             float(np.nanmean(f - x)), int(ok.sum()),
                              sign_flip_p(f - x), ci_lo, ci_hi, note, lo, hi, who))
     return pd.DataFrame(rows, columns=COLUMNS)

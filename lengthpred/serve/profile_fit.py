@@ -49,6 +49,17 @@ def step_durations(steps: pd.DataFrame) -> np.ndarray:
     return np.where(idle | ~np.isfinite(prev_end), end - start, end - prev_end)
 
 
+def step_durations_kept(steps: pd.DataFrame, profile: HardwareProfile, skip: int) -> tuple[np.ndarray, np.ndarray]:
+    """(measured, modelled) seconds of a run's steps after `skip` warm-up steps, leaving out steps that scheduled
+    nothing or overlapped a live prediction. Durations are taken on the whole run first: a step after a left-out
+    one is charged its own cycle, not both."""
+    d, m = step_durations(steps), model_step_times(steps, profile)
+    keep = (np.arange(len(steps)) >= skip) & (steps["batch"].to_numpy() > 0) & np.isfinite(d) & (m > 0)
+    if "n_predicting" in steps.columns:
+        keep &= steps["n_predicting"].to_numpy() == 0
+    return d[keep], m[keep]
+
+
 def design(steps: pd.DataFrame) -> np.ndarray:
     """[steps, 4]: 1, B, C, P, in the order of COEFFICIENTS."""
     return np.column_stack([np.ones(len(steps)), steps["batch"], steps["ctx_tokens"],

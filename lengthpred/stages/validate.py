@@ -169,6 +169,15 @@ RULES: dict[str, Rule] = {
     "costs.extract_repeats": integer(1),
     "costs.threads": integer(1),
     "costs.clock": one_of("cpu", "wall"),
+    "distribution.layer": integer(0),
+    "distribution.short_cap": integer(1),
+    "distribution.n_boot": integer(1),
+    "distribution.sched.loads": each(POSITIVE),
+    "distribution.sched.seeds": each(integer()),
+    "distribution.sched.n_requests": integer(1),
+    "distribution.sched.beta": number(0),
+    "distribution.adapt.every": integer(1),
+    "distribution.adapt.forgetting": number(0, 1, lo_open=True),
 }
 
 HEAD_KEYS = ("params", "select", "n_seeds", "layer", "pooling")  # a head config's top level (stages.heads)
