@@ -276,3 +276,22 @@ def test_the_order_effect_separates_prefill_first_from_the_prediction():
         assert abs(first["per_token_latency_mean"] / plain["per_token_latency_mean"] - 1) < 0.05
         assert t.loc[(load, "sjf (predictions)", False), "per_token_latency_mean"] < 0.7 * plain["per_token_latency_mean"]
     assert mod.main([]) == 2
+
+
+def test_the_ten_repeat_engine_readout_run_reads_as_the_readme_says():
+    """The README's headline: 10 paired repeats, the engine readout's per-token mean gain with an interval."""
+    from lengthpred.paths import REPO_ROOT
+    from lengthpred.stages.serve import resimulated
+
+    run = REPO_ROOT / "data/reference/smollm2-135m/serve_demo_engine10"
+    if not (run / "serve.json").is_file():
+        pytest.skip("the committed real-engine runs are missing")
+    res, s, name, _ = resimulated(run)
+    real = res.runs[res.runs["hardware"] == name]
+    pg = paired_gains(real, res.requests, s.slo).set_index(["policy", "metric"])
+    sjf, orc = pg.loc[("sjf", "per_token_latency_mean")], pg.loc[("oracle-sjf", "per_token_latency_mean")]
+    assert sjf["n"] == 10 and sjf["interval"].startswith("95% paired bootstrap")
+    assert sjf["gain"] == pytest.approx(0.323, abs=2e-3) and sjf["ci_low"] > 0.1 and sjf["p_value"] < 0.02
+    assert orc["gain"] == pytest.approx(0.392, abs=2e-3) and orc["ci_low"] > 0.1
+    assert sjf["loo_low"] > 0.2
+    assert pg.loc[("sjf", "jct_p99"), "gain"] < -0.2  # the long requests pay
