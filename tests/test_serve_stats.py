@@ -218,8 +218,7 @@ def test_the_committed_runs_read_with_the_new_statistics():
     from lengthpred.stages.serve import resimulated
 
     run = REPO_ROOT / "data/reference/smollm2-135m/serve_demo"
-    if not (run / "serve.json").is_file():
-        pytest.skip("the committed real-engine runs are missing")
+    assert (run / "serve.json").is_file(), f"{run} is committed with the repo"
     res, s, name, _ = resimulated(run)
     assert res.check is not None and res.check.ok and res.check.r2 == pytest.approx(0.834, abs=1e-3)
     live = res.drift[res.drift["policy"] == "sjf"]  # steps with no prediction in flight: one live run drifts
@@ -264,8 +263,7 @@ def test_the_order_effect_separates_prefill_first_from_the_prediction():
     from lengthpred.paths import REPO_ROOT
 
     run = REPO_ROOT / "data/reference/smollm2-135m/serve_demo"
-    if not (run / "serve.json").is_file():
-        pytest.skip("the committed real-engine runs are missing")
+    assert (run / "serve.json").is_file(), f"{run} is committed with the repo"
     spec = importlib.util.spec_from_file_location("order", REPO_ROOT / "scripts/serve_order_effect.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -284,8 +282,7 @@ def test_the_ten_repeat_engine_readout_run_reads_as_the_readme_says():
     from lengthpred.stages.serve import resimulated
 
     run = REPO_ROOT / "data/reference/smollm2-135m/serve_demo_engine10"
-    if not (run / "serve.json").is_file():
-        pytest.skip("the committed real-engine runs are missing")
+    assert (run / "serve.json").is_file(), f"{run} is committed with the repo"
     res, s, name, _ = resimulated(run)
     real = res.runs[res.runs["hardware"] == name]
     pg = paired_gains(real, res.requests, s.slo).set_index(["policy", "metric"])
