@@ -38,11 +38,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.policies import Policy, SchedContext
-from lengthpred.sched.predictors import ArrayPredictor, OraclePredictor, Predictor
-from lengthpred.sched.runset import make_runset
-from lengthpred.sched.workload import Workload, capacity
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.sched.core.policies import Policy, SchedContext
+from lengthpred.sched.core.predictors import ArrayPredictor, OraclePredictor, Predictor
+from lengthpred.sched.core.runset import make_runset
+from lengthpred.sched.core.workload import Workload, capacity
 
 log = logging.getLogger("lengthpred.sched")
 

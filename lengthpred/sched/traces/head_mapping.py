@@ -3,7 +3,7 @@ length quantile, so the head's real error profile (in ranks) is carried over to 
 
 Trace requests have no prompt texts, so no head can read them. Instead:
 
-1. The head pool is the heads' test prompts (`lengthpred.sched.sources.from_predictions`) with each prompt's
+1. The head pool is the heads' test prompts (`lengthpred.sched.sweep.sources.from_predictions`) with each prompt's
    sampled lengths: a pool entry is one (prompt, sample), because a served request reveals one sampled
    length, not its prompt's mean (docs: AUDIT "mean of k samples vs one sample").
 2. Trace request i with output quantile u_i (its rank among the window's requests, ties at random) is
@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from lengthpred.sched.noisy_oracle import spearman
-from lengthpred.sched.pool import LengthSource
+from lengthpred.sched.sweep.pool import LengthSource
+from lengthpred.sched.traces.noisy_oracle import spearman
 
 __all__ = ["POOL_STREAM", "PROMPT_MEAN", "map_heads", "pool_entries", "pool_rng", "resample_pool", "seed_pool"]
 
