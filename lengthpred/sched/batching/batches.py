@@ -32,12 +32,13 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError
+from lengthpred.metrics import spearman_or_nan
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.sched.core.metrics import bootstrap_mean_intervals
 from lengthpred.sched.sweep.pool import LengthSource
 from lengthpred.sched.traces.experiment import noisy_label
 from lengthpred.sched.traces.head_mapping import PROMPT_MEAN, map_heads, seed_pool
-from lengthpred.sched.traces.noisy_oracle import noisy_oracle, spearman
+from lengthpred.sched.traces.noisy_oracle import noisy_oracle
 from lengthpred.sched.traces.windows import TraceWindow
 
 __all__ = ["FORMATIONS", "POOL_DATA", "batch_order", "pool_draw", "run_batching", "static_batches",
@@ -63,7 +64,7 @@ def pool_draw(pool: LengthSource, n: int, rho: list[tuple], pool_bootstrap: bool
         preds = {h: np.asarray(v)[req.idx] for h, v in src.preds.items()}
         if req.expected is not None:
             preds[PROMPT_MEAN] = req.expected
-        rho.extend((seed, h, spearman(req.output, p)) for h, p in preds.items())
+        rho.extend((seed, h, spearman_or_nan(req.output, p)) for h, p in preds.items())
         return req.output, req.prompt, preds
 
     return draw
@@ -81,7 +82,7 @@ def trace_draw(by_seed: dict[int, TraceWindow], pool: LengthSource | None, level
         preds = {noisy_label(x): noisy_oracle(w.output, float(x), rng=rng) for x in levels}
         if pool is not None:
             preds.update(map_heads(seed_pool(pool, seed, pool_bootstrap), w.output, rng)[0])
-        rho.extend((seed, h, spearman(w.output, p)) for h, p in preds.items())
+        rho.extend((seed, h, spearman_or_nan(w.output, p)) for h, p in preds.items())
         return w.output, w.prompt, preds
 
     return draw

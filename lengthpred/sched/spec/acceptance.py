@@ -44,6 +44,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tqdm.auto import tqdm
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.metrics import spearman_or_nan
 from lengthpred.sched.core.early import early_acceptance
 
 OCCURRENCES = ("earliest", "latest")
@@ -185,8 +186,6 @@ def variability_summary(stats: pd.DataFrame, records: pd.DataFrame, k: int,
     within requests, and how well Â over the first e decode steps predicts the acceptance of the rest of the
     request (requests with at least `min_rest` decode steps after them): Pearson, Spearman, MAE, and the
     MAE of the pool's mean as the no-information reference."""
-    from scipy.stats import spearmanr
-
     rows: list[tuple[str, float, int]] = []
     a = stats["accept"].to_numpy(float)
     n = len(a)
@@ -210,8 +209,7 @@ def variability_summary(stats: pd.DataFrame, records: pd.DataFrame, k: int,
         within = float(np.mean((per_step - means[owner]) ** 2))
         rows.append(("step_var_within_share", within / float(per_step.var()), len(per_step)))
     lengths = stats["output_tokens"].to_numpy(float)
-    rho_l = spearmanr(a, lengths).statistic if n > 2 and a.std() > 0 and lengths.std() > 0 else math.nan
-    rows.append(("spearman_accept_length", float(rho_l), n))
+    rows.append(("spearman_accept_length", spearman_or_nan(a, lengths), n))
     for e in early_k:
         dec = stats["steps"].to_numpy() - 1
         keep = dec >= e + min_rest
@@ -219,7 +217,7 @@ def variability_summary(stats: pd.DataFrame, records: pd.DataFrame, k: int,
         m = int(keep.sum())
         ok = m > 2 and x.std() > 0 and y.std() > 0
         rows += [(f"early{e}_vs_rest_pearson", float(np.corrcoef(x, y)[0, 1]) if ok else math.nan, m),
-                 (f"early{e}_vs_rest_spearman", float(spearmanr(x, y).statistic) if ok else math.nan, m),
+                 (f"early{e}_vs_rest_spearman", spearman_or_nan(x, y), m),
                  (f"early{e}_vs_rest_mae", float(np.mean(np.abs(x - y))) if m else math.nan, m),
                  (f"early{e}_vs_rest_mae_of_mean", float(np.mean(np.abs(y.mean() - y))) if m else math.nan, m)]
     return pd.DataFrame(rows, columns=["metric", "value", "n"])

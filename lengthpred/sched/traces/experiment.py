@@ -38,14 +38,14 @@ import pandas as pd
 from tqdm import tqdm
 
 from lengthpred.errors import ConfigError
-from lengthpred.metrics import UNDEFINED
+from lengthpred.metrics import UNDEFINED, spearman_or_nan
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.sched.core.metrics import bootstrap_mean_intervals
 from lengthpred.sched.sweep.experiment import PolicySpec, run_grid
 from lengthpred.sched.sweep.pool import CLAIRVOYANT, LengthSource
 from lengthpred.sched.sweep.summary import MIN_ORACLE_GAIN, gains
 from lengthpred.sched.traces.head_mapping import PROMPT_MEAN, map_heads, seed_pool
-from lengthpred.sched.traces.noisy_oracle import noisy_oracle, spearman
+from lengthpred.sched.traces.noisy_oracle import noisy_oracle
 from lengthpred.sched.traces.windows import TraceWindow
 
 __all__ = ["GAIN_METRICS", "POOL_COLUMNS", "interval_scope", "noisy_label", "quality_curve", "run_traces", "spearman_needed", "trace_gains"]
@@ -77,7 +77,7 @@ def run_traces(windows: dict[str, list[TraceWindow]], profile: HardwareProfile, 
             label = noisy_label(lvl)
             preds[label] = noisy_oracle(w.output, float(lvl), rng=rng)
             quality.append(dict(data=name, seed=seed, predictor=label, kind="noisy", target=float(lvl),
-                                spearman=spearman(w.output, preds[label])))
+                                spearman=spearman_or_nan(w.output, preds[label])))
         if pool is not None:
             if seed not in pools:
                 pools[seed] = seed_pool(pool, int(seed), pool_bootstrap)
@@ -89,7 +89,7 @@ def run_traces(windows: dict[str, list[TraceWindow]], profile: HardwareProfile, 
             for r in pool_q.itertuples(index=False):
                 quality.append(dict(data=name, seed=seed, predictor=r.predictor,
                                     kind="prompt-mean" if r.predictor == PROMPT_MEAN else "head",
-                                    target=math.nan, spearman=spearman(w.output, mapped[r.predictor]),
+                                    target=math.nan, spearman=spearman_or_nan(w.output, mapped[r.predictor]),
                                     pool_spearman=r.pool_spearman, pool_spearman_mean=r.pool_spearman_mean,
                                     pool_prompts=int(r.pool_prompts), pool_resampled=bool(pool_bootstrap)))
         src = LengthSource(name, w.output, w.prompt, preds, arrival=w.arrival)
