@@ -1,5 +1,5 @@
 """The traces stage (scripts/simulate_traces.py): real serving traces as workloads, policies on their windows
-with noisy oracles of set Spearman and the heads matched by length quantile (`lengthpred.sched.trace_*`)."""
+with noisy oracles of set Spearman and the heads matched by length quantile (`lengthpred.sched.traces`)."""
 
 from __future__ import annotations
 
