@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 
 from lengthpred.sched import Workload, capacity, get_profile, make_policy, simulate, summarize
-from lengthpred.sched.workload import arrival_times, noisy_prediction, synthetic_lengths
+from lengthpred.sched.core.workload import arrival_times, noisy_prediction, synthetic_lengths
 
 
 def _run(label: str, wl: Workload, prof, pred: np.ndarray, speculative: bool, **sim) -> None:

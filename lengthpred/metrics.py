@@ -79,7 +79,7 @@ class Metric:
 
     def _defined_on(self, T: np.ndarray, P: np.ndarray) -> np.ndarray:
         ok = np.full(T.shape[0], T.shape[1] >= (2 if self.needs_variation else 1))
-        if self.needs_variation:
+        if self.needs_variation and T.shape[1]:  # (np.ptp has no value on empty rows)
             ok &= (np.ptp(T, axis=1) > 0) & (np.ptp(P, axis=1) > 0)
         return ok
 
@@ -306,6 +306,17 @@ def paired_bootstrap(
 def spearman(x: Any, y: Any) -> MetricValue:
     """Spearman's rho, UNDEFINED on fewer than 2 distinct values in either input."""
     return METRICS.get("spearman")(x, y)
+
+
+def spearman_or_nan(x: Any, y: Any) -> float:
+    """`spearman` as a float for tables and arrays: NaN where it is UNDEFINED."""
+    r = spearman(x, y)
+    return math.nan if is_undefined(r) else float(r)
+
+
+def spearman_rows(T: Any, P: Any) -> np.ndarray:
+    """`spearman` of each row of T [B, n] with the same row of P [B, n]; NaN where a row's is UNDEFINED."""
+    return METRICS.get("spearman").on_rows(np.asarray(T, dtype=np.float64), np.asarray(P, dtype=np.float64))
 
 
 def spearman_brown(r: MetricValue, k: float) -> MetricValue:

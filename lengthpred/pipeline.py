@@ -30,7 +30,7 @@ from lengthpred.errors import LengthpredError
 from lengthpred.eval.inputs import read_sched
 from lengthpred.integrity import atomic_write_text, folder_lock, tree_digest
 from lengthpred.paths import REPO_ROOT, default_datasets_root
-from lengthpred.sched.summary import short_t5
+from lengthpred.sched.sweep.summary import short_t5
 from lengthpred.stages.locations import experiment_dir
 from lengthpred.stages.outputs import OUTPUTS, read_outputs
 

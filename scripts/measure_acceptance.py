@@ -9,9 +9,9 @@ One answer per test prompt (`sched.spec.split`, `sched.spec.samples`) at the gen
 (the reference trace's: T 0.7, top-p 0.9, cap 512, chat template). Answers the generate stage already stored
 with token ids for these settings are reused (`sched.spec.answers=auto`); the rest are generated with the
 configured backend (vLLM from the vLLM venv), their token ids kept in `sched.spec.answers_cache` (git-ignored).
-Acceptance is then exact and needs no model (lengthpred/sched/spec_acceptance.py). Writes
+Acceptance is then exact and needs no model (lengthpred/sched/spec/acceptance.py). Writes
 `sched.spec.path` (default data/reference/<model>/spec_ngram_<data>.parquet: no texts, no token ids; format in
-lengthpred/sched/spec_records.py) and prints how variable acceptance is.
+lengthpred/sched/spec/records.py) and prints how variable acceptance is.
 The stage: lengthpred/stages/acceptance.py.
 """
 

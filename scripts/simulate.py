@@ -4,7 +4,7 @@
     python scripts/simulate.py sched.source.kind=synthetic sched.hardware=a100-llama2-7b
     python scripts/simulate.py sched=paper                       # paper scale
 
-Writes into the run dir (schemas in lengthpred/sched/experiment.py): sched_runs.csv, sched_results.csv,
+Writes into the run dir (schemas in lengthpred/sched/sweep/experiment.py): sched_runs.csv, sched_results.csv,
 sched_gains.csv, sched_latencies.parquet, latency_vs_load.png, sched.json; prints a small T5.
 
 A predictions source takes each prompt's sampled lengths and prompt token count from the same targets the

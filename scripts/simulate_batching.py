@@ -10,8 +10,8 @@ seed, the profile `sched.hardware`), and windows of each trace (`sched.traces`: 
 scripts/simulate_traces.py, on `sched.traces.hardware`) with the heads matched by length quantile and noisy
 oracles of set Spearman. With `sched.batching.pool_bootstrap` (default: `sched.traces.pool_bootstrap`, true) each
 seed uses its own resample of the heads' test prompts, so the intervals cover that finite pool too
-(lengthpred/sched/batching.py). Writes into the run dir: batching_runs.csv, batching_results.csv,
-batching_spearman.csv, batching.md, padding_B<B>.png (schemas in lengthpred/sched/batching.py).
+(lengthpred/sched/batching/batches.py). Writes into the run dir: batching_runs.csv, batching_results.csv,
+batching_spearman.csv, batching.md, padding_B<B>.png (schemas in lengthpred/sched/batching/batches.py).
 The stage: lengthpred/stages/batching.py.
 """
 

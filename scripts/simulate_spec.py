@@ -6,7 +6,7 @@
 
 Requests are drawn from the measured answers (`sched.spec.path`, made by scripts/measure_acceptance.py), each with
 its measured length; the acceptance regimes (measured, measured-rate, beta-matched, beta-7-3) are described in
-lengthpred/sched/spec_experiment.py. Profile `sched.spec.hardware` with n_draft = the drafter's k and t_draft =
+lengthpred/sched/spec/experiment.py. Profile `sched.spec.hardware` with n_draft = the drafter's k and t_draft =
 `sched.spec.t_draft`. Writes into the run dir: spec_runs.csv (tidy, per seed), spec_results.csv (means with
 bootstrap CIs), spec_gains.csv (vs FCFS and vs MLFQ), spec_table.csv + spec_table.md (the comparison),
 acceptance.md + acceptance.csv + acceptance_requests.csv (how variable acceptance is), spec_latency.png, spec.json.

@@ -8,9 +8,9 @@ with noisy oracles of set Spearman and our heads matched by length quantile; gai
 Each seed replays one window of each trace (`sched.traces`), arrivals scaled by one constant to the offered
 load on `sched.traces.hardware`. With `sched.traces.pool_bootstrap` (default true) each seed maps the heads
 from its own resample of their test prompts, so the intervals cover that finite pool as well as the
-windows (lengthpred/sched/head_mapping.py). Heads come from the train stage's predictions files
+windows (lengthpred/sched/traces/head_mapping.py). Heads come from the train stage's predictions files
 (`sched.source.predictions_path`); without any, only the noisy oracles run. Writes into the run dir
-(schemas in lengthpred/sched/trace_experiment.py): trace_runs.csv, trace_results.csv, trace_gains.csv,
+(schemas in lengthpred/sched/traces/experiment.py): trace_runs.csv, trace_results.csv, trace_gains.csv,
 trace_predictors.csv, trace_windows.csv, quality_curve.csv, spearman_needed.csv, trace_latencies.parquet,
 trace_policies.md, predictor_quality.md, trace_windows.md, quality_curve_load<L>.png, traces.json.
 The stage: lengthpred/stages/traces.py.

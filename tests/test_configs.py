@@ -41,7 +41,7 @@ def test_every_option_composes_with_the_root_config_and_builds(group, option, tm
     from lengthpred.generate import GenerationSettings
     from lengthpred.heads.sweep import grid
     from lengthpred.online.experiment import AdaptSettings
-    from lengthpred.sched.experiment import parse_policies
+    from lengthpred.sched.sweep.experiment import parse_policies
     from lengthpred.stages import adapt, serve
     from lengthpred.stages.features import feature_settings
 

@@ -90,7 +90,7 @@ def test_the_split_names_the_stages_write_parse():
     from lengthpred.heads.base import HeadInput, LabeledSet
     from lengthpred.heads.cross import split_name
     from lengthpred.online.pairs import pair_stream
-    from lengthpred.sched.sources import POOLED_TEST
+    from lengthpred.sched.sweep.sources import POOLED_TEST
     from lengthpred.targets import target_frame as as_target_frame
 
     ids = [f"p{i}" for i in range(MIN_SUBSET + 6)]

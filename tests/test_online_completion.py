@@ -7,8 +7,8 @@ import pytest
 
 from lengthpred.errors import ConfigError
 from lengthpred.online import InstantCompletion, SchedulerCompletion, ServingCompletion
-from lengthpred.sched.hardware import get_profile
-from lengthpred.sched.workload import capacity
+from lengthpred.sched.core.hardware import get_profile
+from lengthpred.sched.core.workload import capacity
 from tests.conftest import compose_cfg
 
 

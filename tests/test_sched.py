@@ -26,8 +26,8 @@ from lengthpred.sched import (
     simulate,
     summarize,
 )
-from lengthpred.sched.sources import from_predictions
-from lengthpred.sched.workload import arrival_times, noisy_prediction
+from lengthpred.sched.core.workload import arrival_times, noisy_prediction
+from lengthpred.sched.sweep.sources import from_predictions
 
 
 def _profile(**kw) -> HardwareProfile:
@@ -263,7 +263,7 @@ def test_simulate_script_writes_t5_inputs(tmp_path):
 def test_every_sched_config_option_composes(option, tmp_path):
     from omegaconf import OmegaConf
 
-    from lengthpred.sched.experiment import parse_policies
+    from lengthpred.sched.sweep.experiment import parse_policies
     from tests.conftest import compose_cfg
 
     cfg = compose_cfg([f"sched={option}"], tmp_path)
@@ -275,7 +275,7 @@ def test_every_sched_config_option_composes(option, tmp_path):
 
 @pytest.mark.slow  # runs a script in a subprocess
 def test_sched_never_imports_torch():
-    code = ("import sys, lengthpred.sched, lengthpred.sched.experiment, lengthpred.sched.sources; "
+    code = ("import sys, lengthpred.sched, lengthpred.sched.sweep.experiment, lengthpred.sched.sweep.sources; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 

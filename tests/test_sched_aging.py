@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from lengthpred.errors import ConfigError
-from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.policies import AGING_WEIGHT, make_policy
-from lengthpred.sched.simulator import OverloadWarning, simulate
-from lengthpred.sched.workload import Workload
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.sched.core.policies import AGING_WEIGHT, make_policy
+from lengthpred.sched.core.simulator import OverloadWarning, simulate
+from lengthpred.sched.core.workload import Workload
 from lengthpred.serve.clock import VirtualClock
 from lengthpred.serve.fake import FakeEngine
 from lengthpred.serve.fidelity import simulate_run

@@ -13,9 +13,9 @@ import pytest
 from lengthpred.errors import ConfigError
 from lengthpred.paths import REPO_ROOT
 from lengthpred.sched import HardwareProfile
-from lengthpred.sched.batching import batch_order, run_batching, static_batches, summarize_batching
-from lengthpred.sched.batching_report import batching_table
-from lengthpred.sched.noisy_oracle import noisy_oracle
+from lengthpred.sched.batching.batches import batch_order, run_batching, static_batches, summarize_batching
+from lengthpred.sched.batching.report import batching_table
+from lengthpred.sched.traces.noisy_oracle import noisy_oracle
 
 PROF = HardwareProfile(name="toy", t_base=0.01, t_seq=0.001, t_ctx=1e-6, t_prefill_token=1e-4, t_swap_token=0.0,
                        max_batch=64, token_budget=4096, kv_blocks=1000, block_size=16)
@@ -136,7 +136,7 @@ def test_trace_and_batching_scripts_end_to_end(tmp_path):
 
 def _split_pool(m: int = 12, seed: int = 0):
     """A head perfect on half the prompts and reversed on the other half (its error depends on the pool)."""
-    from lengthpred.sched.pool import LengthSource
+    from lengthpred.sched.sweep.pool import LengthSource
 
     rng = np.random.default_rng(seed)
     mean = np.exp(rng.normal(5, 0.8, m))
@@ -146,7 +146,7 @@ def _split_pool(m: int = 12, seed: int = 0):
 
 
 def _toy_windows(n_windows: int = 10, n: int = 1024):
-    from lengthpred.sched.trace_windows import trace_windows
+    from lengthpred.sched.traces.windows import trace_windows
 
     rng = np.random.default_rng(3)
     k = n_windows * n
@@ -164,8 +164,8 @@ def test_pool_bootstrap_widens_batching_intervals_and_stays_paired():
     """Each seed's own pool resample (two-stage for the pool workload: prompts, then requests; the mapping's
     pool for a trace) makes the head's intervals cover the 12-prompt pool; every formation and predictor of a
     seed is cut from that seed's one draw (paired)."""
-    from lengthpred.sched.batching import POOL_DATA, pool_draw, trace_draw
-    from lengthpred.sched.batching_report import interval_scope
+    from lengthpred.sched.batching.batches import POOL_DATA, pool_draw, trace_draw
+    from lengthpred.sched.batching.report import interval_scope
 
     pool, seeds = _split_pool(), list(range(10))
     by_seed = dict(zip(seeds, _toy_windows(), strict=True))

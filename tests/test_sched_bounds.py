@@ -1,11 +1,11 @@
-"""A_min: lower-bound-first with the bound raised to the tokens generated (lengthpred.sched.bounds)."""
+"""A_min: lower-bound-first with the bound raised to the tokens generated (lengthpred.sched.core.bounds)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from lengthpred.sched import HardwareProfile, Workload, capacity, make_policy, simulate, summarize
-from lengthpred.sched.workload import arrival_times
+from lengthpred.sched.core.workload import arrival_times
 
 
 def _setup(n: int = 300, seed: int = 0):

@@ -32,7 +32,7 @@ from lengthpred.sched import (
     make_policy,
     simulate,
 )
-from lengthpred.sched.workload import arrival_times, noisy_prediction
+from lengthpred.sched.core.workload import arrival_times, noisy_prediction
 
 GOLDEN = Path(__file__).with_suffix(".npz")
 FIELDS = ("first_token", "finish", "n_preempt", "rejected")

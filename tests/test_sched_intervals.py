@@ -10,9 +10,9 @@ from lengthpred.eval.inputs import read_sched
 from lengthpred.eval.tables import table_t5
 from lengthpred.metrics import is_undefined
 from lengthpred.pipeline import t5_summary
-from lengthpred.sched.metrics import bootstrap_mean_intervals, t_interval
-from lengthpred.sched.pool import CLAIRVOYANT, MEAN_ORACLE
-from lengthpred.sched.summary import below_capacity, gains, short_t5, summarize_runs
+from lengthpred.sched.core.metrics import bootstrap_mean_intervals, t_interval
+from lengthpred.sched.sweep.pool import CLAIRVOYANT, MEAN_ORACLE
+from lengthpred.sched.sweep.summary import below_capacity, gains, short_t5, summarize_runs
 
 SKEWED = np.array([0.0] * 8 + [30.0, 400.0])  # a max_wait over 10 seeds: mostly nothing, one long starvation
 
@@ -130,7 +130,7 @@ def test_shares_are_undefined_below_the_minimum_oracle_gain():
 
 
 def test_random_row_is_printed_by_t5_and_short_t5(tmp_path):
-    from lengthpred.sched.pool import RANDOM
+    from lengthpred.sched.sweep.pool import RANDOM
 
     base = np.random.default_rng(3).uniform(0.9, 1.1, 10)
     runs = _runs({("fcfs", "none", 0.9): base, ("oracle-sjf", CLAIRVOYANT, 0.9): base * 0.6,

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from lengthpred.sched import get_profile, make_policy, simulate
-from lengthpred.sched.metrics import summarize
+from lengthpred.sched.core.metrics import summarize
 from tests.test_sched_preempt_cap import memory_bound  # noqa: F401  (the loaded, memory-bound workload)
 
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from lengthpred.sched import HardwareProfile, Workload, capacity, get_profile, make_policy, simulate
-from lengthpred.sched.simulator import OverloadWarning
-from lengthpred.sched.workload import arrival_times, synthetic_lengths
+from lengthpred.sched.core.simulator import OverloadWarning
+from lengthpred.sched.core.workload import arrival_times, synthetic_lengths
 
 
 @pytest.fixture(scope="module")

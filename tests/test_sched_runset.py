@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from lengthpred.sched import CallablePredictor, OnlineScaledPredictor, get_profile, make_policy
-from lengthpred.sched.policies import SchedContext, _level, _level_start
-from lengthpred.sched.predictors import ArrayPredictor, OraclePredictor
-from lengthpred.sched.runset import HeapRunSet, SlotRunSet, make_runset
+from lengthpred.sched.core.policies import SchedContext, _level, _level_start
+from lengthpred.sched.core.predictors import ArrayPredictor, OraclePredictor
+from lengthpred.sched.core.runset import HeapRunSet, SlotRunSet, make_runset
 
 
 def _bind(policy, n: int, seed: int, speculative: bool = False, predictor=None, integer_pred: bool = False):

@@ -15,12 +15,11 @@ from omegaconf import open_dict
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.generate.backends import Sample
 from lengthpred.sched import HardwareProfile, Workload, capacity, make_policy, simulate
-from lengthpred.sched.experiment import parse_policies
-from lengthpred.sched.policies import SchedContext
-from lengthpred.sched.spec_acceptance import (
+from lengthpred.sched.core.early import early_estimates
+from lengthpred.sched.core.policies import SchedContext
+from lengthpred.sched.spec.acceptance import (
     NgramDrafter,
     beta_moments,
-    early_estimates,
     emitted,
     measure,
     measure_answer,
@@ -28,8 +27,9 @@ from lengthpred.sched.spec_acceptance import (
     request_stats,
     variability_summary,
 )
-from lengthpred.sched.spec_experiment import measured_pool, run_spec_grid, spec_profile, summarize_spec
-from lengthpred.sched.spec_records import COLUMNS, META_KEY, SCHEMA, read_records, write_records
+from lengthpred.sched.spec.experiment import measured_pool, run_spec_grid, spec_profile, summarize_spec
+from lengthpred.sched.spec.records import COLUMNS, META_KEY, SCHEMA, read_records, write_records
+from lengthpred.sched.sweep.experiment import parse_policies
 from lengthpred.stages.acceptance import measure_acceptance
 from lengthpred.stages.spec import run_spec
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lengthpred.sched import HardwareProfile, Workload, make_policy, simulate, summarize
-from lengthpred.sched.workload import arrival_times, noisy_prediction
+from lengthpred.sched.core.workload import arrival_times, noisy_prediction
 
 
 def _single_server(dt: float = 1e-3) -> HardwareProfile:

@@ -10,8 +10,8 @@ import pytest
 from lengthpred.data.serving_traces import load_trace
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.sched import get_profile
-from lengthpred.sched.trace_windows import interarrival_cv, scale_to_rate, trace_windows, window_stats
-from lengthpred.sched.workload import capacity
+from lengthpred.sched.core.workload import capacity
+from lengthpred.sched.traces.windows import interarrival_cv, scale_to_rate, trace_windows, window_stats
 
 HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens"
 

@@ -8,9 +8,9 @@ import pytest
 
 from lengthpred.errors import DataError
 from lengthpred.sched import get_profile
-from lengthpred.sched.experiment import parse_policies, run_grid
-from lengthpred.sched.pool import CLAIRVOYANT, MEAN_ORACLE, LengthSource
-from lengthpred.sched.sources import from_predictions, synthetic
+from lengthpred.sched.sweep.experiment import parse_policies, run_grid
+from lengthpred.sched.sweep.pool import CLAIRVOYANT, MEAN_ORACLE, LengthSource
+from lengthpred.sched.sweep.sources import from_predictions, synthetic
 
 
 def test_each_request_draws_one_of_its_prompts_samples_not_their_mean():
@@ -118,7 +118,7 @@ def test_mean_oracle_leaves_the_requests_own_sample_out_and_warns_with_one_sampl
 def test_random_predictor_is_a_row_and_no_better_than_chance():
     """`random` keys each prompt on a random length: on data where nothing predicts length, its gain over
     FCFS is not systematically positive, while the clairvoyant oracle's is."""
-    from lengthpred.sched.pool import RANDOM
+    from lengthpred.sched.sweep.pool import RANDOM
 
     rng = np.random.default_rng(5)
     out = np.maximum(rng.lognormal(np.log(200), 1.0, 1500), 1).astype(int)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from lengthpred.errors import ConfigError
-from lengthpred.sched.hardware import HardwareProfile
+from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.serve import (
     FakeEngine,
     NoPredictor,

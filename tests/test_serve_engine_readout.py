@@ -14,10 +14,10 @@ import torch
 from lengthpred.errors import ConfigError, ModelError
 from lengthpred.models.tiny import TINY_LAYERS, build_tiny_llama
 from lengthpred.online.rls import RLSRegressor
-from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.policies import make_policy
-from lengthpred.sched.simulator import simulate
-from lengthpred.sched.workload import Workload
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.sched.core.policies import make_policy
+from lengthpred.sched.core.simulator import simulate
+from lengthpred.sched.core.workload import Workload
 from lengthpred.serve import FakeEngine, ServeRequest, VirtualClock, get_policy, replay
 from lengthpred.serve.engine_readout import StateCapture, StepLayout, decoder_layer, last_prompt_rows
 from lengthpred.serve.fake import fake_state

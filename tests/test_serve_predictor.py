@@ -12,7 +12,7 @@ import torch
 
 from lengthpred.errors import DataError
 from lengthpred.online.rls import RLSRegressor
-from lengthpred.sched.hardware import HardwareProfile
+from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.serve import (
     FakeEngine,
     OnlineReadout,

@@ -190,7 +190,7 @@ def test_the_named_vllm_profile_is_the_committed_calibration():
     import json
 
     from lengthpred.paths import REPO_ROOT
-    from lengthpred.sched.hardware import get_profile
+    from lengthpred.sched.core.hardware import get_profile
 
     stored = json.loads((REPO_ROOT / "data/reference/smollm2-135m/serve_demo/profile.json").read_text())["profile"]
     prof = get_profile("cpu-smollm2-135m-vllm").to_dict()
@@ -199,7 +199,7 @@ def test_the_named_vllm_profile_is_the_committed_calibration():
 
 
 def test_the_load_sweep_figure_is_written(tmp_path):
-    from lengthpred.sched.sweep_plots import plot_gain_and_starvation
+    from lengthpred.sched.sweep.plots import plot_gain_and_starvation
 
     rows, gains = [], []
     for load in (0.5, 0.8, 1.0):

@@ -7,12 +7,12 @@ min(L, cap) (a server stops at the cap):
 - `<head>:cvar`: E + β·CVaR_0.9, CVaR_0.9 = E[min(L, cap) | L ≥ q0.9] (TIE's key, with β fixed; TIE moves
   β in [0.1, 0.5] with the queue);
 - `<head>:q0.1` under `amin`: the lower bound of Chen–Ye–Zhou's A_min, raised to the tokens generated
-  (lengthpred.sched.bounds); `amin` evicts by recomputation (the simulator's default), `amin-swap` by
+  (lengthpred.sched.core.bounds); `amin` evicts by recomputation (the simulator's default), `amin-swap` by
   swapping the KV cache out and back; `amin-nopreempt` never evicts for a smaller key (only under memory pressure,
   the largest raised bound goes first), so it admits as SJF on the bound does.
 `linear` (the point readout) is point SJF, and also A_min's key taken as a bound. Requests are drawn from
 the test prompts, each with one of its prompt's sampled lengths and its real prompt token count; every
-policy and key of a seed serves the same requests (lengthpred.sched.experiment.run_grid).
+policy and key of a seed serves the same requests (lengthpred.sched.sweep.experiment.run_grid).
 
 A distribution can only reorder requests where its shape differs between prompts: under a log-normal with
 one shared σ, every quantile, the mean and the CVaR key are increasing functions of μ and order the
@@ -29,9 +29,9 @@ import pandas as pd
 
 from lengthpred.distributions import LengthDistribution
 from lengthpred.sched import get_profile
-from lengthpred.sched.experiment import parse_policies, run_grid
-from lengthpred.sched.pool import LengthSource
-from lengthpred.sched.summary import gains, summarize_runs
+from lengthpred.sched.sweep.experiment import parse_policies, run_grid
+from lengthpred.sched.sweep.pool import LengthSource
+from lengthpred.sched.sweep.summary import gains, summarize_runs
 
 CVAR_LEVELS = tuple(np.linspace(0.9025, 0.9975, 20))  # midpoints of 20 equal slices of (0.9, 1)
 

@@ -1,6 +1,6 @@
 """Readers for the other stages' outputs that tables and plots use, each with a fixed, checked schema.
 
-- scheduling results (T5; lengthpred/sched/experiment.py): `sched_results.csv` and `sched_gains.csv`, long:
+- scheduling results (T5; lengthpred/sched/sweep/experiment.py): `sched_results.csv` and `sched_gains.csv`, long:
   `[hardware,] policy, predictor, load, metric, value[, ci_low, ci_high]`; a NaN interval (one seed) is
   shown without a CI, a NaN value or the word `undefined` as undefined
 - scheduling latencies (latency CDF plot): `policy, predictor, load, latency` (one row per request;

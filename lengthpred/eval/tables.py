@@ -349,7 +349,7 @@ def table_t4(df: pd.DataFrame, metric: str = "mae") -> Table:
     )
 
 
-# --- T5 scheduling: lengthpred/sched/experiment.py's sched_results.csv (+ sched_gains.csv) ----------------
+# --- T5 scheduling: lengthpred/sched/sweep/experiment.py's sched_results.csv (+ sched_gains.csv) ----------------
 T5_METRICS = (
     "per_token_latency_mean",
     "per_token_latency_p99",

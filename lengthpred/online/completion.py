@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from lengthpred.errors import ConfigError
-from lengthpred.sched.hardware import get_profile
-from lengthpred.sched.policies import make_policy
-from lengthpred.sched.simulator import simulate
-from lengthpred.sched.workload import Workload, arrival_times, capacity
+from lengthpred.sched.core.hardware import get_profile
+from lengthpred.sched.core.policies import make_policy
+from lengthpred.sched.core.simulator import simulate
+from lengthpred.sched.core.workload import Workload, arrival_times, capacity
 
 
 def _arrival_rate(load: float | None, arrival_rate: float | None, capacity: float) -> tuple[float, float]:
@@ -124,7 +124,7 @@ class CallableCompletion:
 class SchedulerCompletion:
     """Completion times from the scheduling simulator (`lengthpred.sched.simulate`): continuous batching on
     the named hardware profile under a policy, Poisson arrivals at `load` × the profile's capacity for the
-    stream's lengths (`lengthpred.sched.workload.capacity`), `prompt_tokens` per prompt.
+    stream's lengths (`lengthpred.sched.core.workload.capacity`), `prompt_tokens` per prompt.
 
     A request the simulator never finishes (rejected, or past its horizon) is never revealed.
     """
@@ -151,7 +151,7 @@ class SchedulerCompletion:
         return np.full(n, int(self.prompt_tokens)), out
 
     def capacity(self, lengths: np.ndarray) -> float:
-        """Requests/s the profile sustains for this length mix (`lengthpred.sched.workload.capacity`)."""
+        """Requests/s the profile sustains for this length mix (`lengthpred.sched.core.workload.capacity`)."""
         prompt, out = self._workload_arrays(lengths)
         return float(capacity(get_profile(self.hardware), prompt, out))
 

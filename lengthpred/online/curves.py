@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError
-from lengthpred.online.stream import _mae, _spearman
+from lengthpred.metrics import spearman_or_nan
+from lengthpred.online.stream import _mae
 
 CURVE_COLUMNS = (
     "head",
@@ -75,7 +76,7 @@ def labels_seen_curves(
         p = g["y_pred"].to_numpy(dtype=np.float64)
         for s in window_starts(n, w, step):
             sl = slice(s, s + w)
-            rho, rho0 = _spearman(y[sl], p[sl]), _spearman(y[sl], p0[sl])
+            rho, rho0 = spearman_or_nan(y[sl], p[sl]), spearman_or_nan(y[sl], p0[sl])
             mae, mae0 = _mae(y[sl], p[sl]), _mae(y[sl], p0[sl])
             rows.append(
                 {

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.metrics import spearman_or_nan
 
 FIT_ON = ("source", "source+stream", "stream")
 LABELS = ("revealed", "mean")
@@ -89,12 +89,6 @@ class StreamResult:
     summary: pd.DataFrame  # one row per head: final and in-stream metrics, labels seen, update cost
 
 
-def _spearman(y: np.ndarray, p: np.ndarray) -> float:
-    if len(y) < 3 or np.ptp(y) == 0 or np.ptp(p) == 0:
-        return float("nan")
-    return float(spearmanr(y, p).statistic)
-
-
 def _mae(y: np.ndarray, p: np.ndarray) -> float:
     return float(np.mean(np.abs(y - p))) if len(y) else float("nan")
 
@@ -150,7 +144,7 @@ def run_stream(
                     "head": h,
                     "n_updates": len(revealed),
                     "t_s": float(t),
-                    "test_spearman": _spearman(data.y_test, p_test),
+                    "test_spearman": spearman_or_nan(data.y_test, p_test),
                     "test_mae": _mae(data.y_test, p_test),
                 }
             )
@@ -203,16 +197,16 @@ def run_stream(
                 "head": h,
                 "fit_on": spec.fit_on,
                 "label": spec.label,
-                "stream_spearman": _spearman(data.y_stream[rep], preds[h][rep]),
+                "stream_spearman": spearman_or_nan(data.y_stream[rep], preds[h][rep]),
                 "stream_mae": _mae(data.y_stream[rep], preds[h][rep]),
-                "val_spearman": _spearman(data.y_stream[val], preds[h][val]),
+                "val_spearman": spearman_or_nan(data.y_stream[val], preds[h][val]),
                 "labels_seen_mean": float(labels_seen.mean()),
                 "labels_seen_median": float(np.median(labels_seen)),
                 "labels_seen_ge10": float(np.mean(labels_seen >= 10)),
                 "in_flight_mean": float(in_flight.mean()),
                 "n_revealed": int(n_revealable),
                 "test_spearman_start": first.test_spearman,
-                "test_spearman": _spearman(data.y_test, p_test),
+                "test_spearman": spearman_or_nan(data.y_test, p_test),
                 "test_mae": _mae(data.y_test, p_test),
                 "update_ms": 1e3 * update_s[h] / max(n, 1) if spec.update else float("nan"),
                 "rejected": int(getattr(spec.estimator, "rejected_", 0)),

@@ -26,21 +26,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
 
 from lengthpred.errors import DataError
+from lengthpred.metrics import spearman_rows
 
 ALL = "all"
-
-
-def spearman_rows(y: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """Spearman of each row of y [B, n] with the same row of p [B, n]; NaN where a row is constant."""
-    ry, rp = rankdata(y, axis=1), rankdata(p, axis=1)
-    ry -= ry.mean(axis=1, keepdims=True)
-    rp -= rp.mean(axis=1, keepdims=True)
-    den = np.sqrt((ry**2).sum(axis=1) * (rp**2).sum(axis=1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, (ry * rp).sum(axis=1) / np.where(den > 0, den, 1.0), np.nan)
 
 
 def _aligned(df: pd.DataFrame, heads: Sequence[str]) -> tuple[np.ndarray, dict[str, dict[str, np.ndarray]]]:

@@ -4,34 +4,39 @@
     res = simulate(workload, get_profile("a100-llama2-7b"), make_policy("sjf"), predictions)
     summarize(res)["per_token_latency_mean"]
 
-Modules: `hardware` (step-time cost model, profiles), `workload` (requests, arrivals, capacity),
-`predictors` (array / callable / online-adapted predictors), `policies` (registry POLICIES: fcfs, sjf,
-rank, srpt, oracle-sjf, oracle-srpt, mlfq/las, laps-sd; `bounds`: amin), `simulator` (event-jump simulation), `runset`
-(the running batch and which request to preempt, in lazy heaps), `metrics`, `pool` (the prompts requests
-are drawn from, each request with one of its prompt's sampled lengths), `sources` (predictions.parquet,
-CASTILLO, synthetic, trace), `experiment` (grids and the results files; their schemas are in its
-docstring), `summary` (means with bootstrap intervals over seeds, gains over FCFS, the short T5).
-Real serving traces (scripts/simulate_traces.py, simulate_batching.py): `trace_windows` (a trace's windows,
-one per seed, scaled to a load), `noisy_oracle` (predictions of a set Spearman), `head_pool` (where the
-heads' predictions are; `lengthpred.stages.simulate` reads them with the config's targets) and
-`head_mapping` (our heads matched into a trace by length quantile), `trace_experiment` (the grid, gains,
-gain against Spearman), `batching` (static batches: padding, useful throughput), `trace_report`,
-`batching_report`, `trace_plots`. Never imports torch.
+Sub-packages, each importing only those below it (pyproject.toml's import-linter contracts):
+`core` (the simulator: `hardware` step-time profiles, `workload` requests and arrivals, `predictors`,
+`policies` (registry POLICIES: fcfs, sjf, rank, srpt, oracle-sjf, oracle-srpt, mlfq/las, laps-sd; `bounds`:
+amin; `early`: LAPS-SD's Â), `runset` (the running batch and which request to preempt, in lazy heaps),
+`simulator` (event-jump simulation), `metrics`); `sweep` (grids over request pools, T5: `pool`, `sources`
+(predictions.parquet, CASTILLO, synthetic, trace), `experiment` (grids and the results files; their schemas
+are in its docstring), `summary` (means with bootstrap intervals over seeds, gains over FCFS, the short T5),
+`plots`); `spec` (speculative decoding: measured n-gram acceptance, LAPS-SD regimes); `traces` (real serving
+traces, scripts/simulate_traces.py: `windows`, `noisy_oracle` (predictions of a set Spearman), `head_pool`,
+`head_mapping` (our heads matched into a trace by length quantile), `experiment` (the grid, gains, gain
+against Spearman), `report`, `plots`); `batching` (static batches: padding, useful throughput;
+scripts/simulate_batching.py). Never imports torch.
 """
 
-from lengthpred.sched import bounds  # noqa: F401  (registers amin)
-from lengthpred.sched.hardware import HARDWARE, HardwareProfile, get_profile
-from lengthpred.sched.metrics import summarize, t_interval
-from lengthpred.sched.policies import POLICIES, Policy, make_policy
-from lengthpred.sched.predictors import (
+from lengthpred.sched.core import bounds  # noqa: F401  (registers amin)
+from lengthpred.sched.core.hardware import HARDWARE, HardwareProfile, get_profile
+from lengthpred.sched.core.metrics import summarize, t_interval
+from lengthpred.sched.core.policies import POLICIES, Policy, make_policy
+from lengthpred.sched.core.predictors import (
     ArrayPredictor,
     CallablePredictor,
     OnlineScaledPredictor,
     OraclePredictor,
     Predictor,
 )
-from lengthpred.sched.simulator import OverloadWarning, SimResult, simulate
-from lengthpred.sched.workload import Workload, arrival_times, capacity, noisy_prediction, synthetic_lengths
+from lengthpred.sched.core.simulator import OverloadWarning, SimResult, simulate
+from lengthpred.sched.core.workload import (
+    Workload,
+    arrival_times,
+    capacity,
+    noisy_prediction,
+    synthetic_lengths,
+)
 
 __all__ = [
     "HARDWARE", "HardwareProfile", "get_profile", "summarize", "t_interval", "POLICIES", "Policy",

@@ -2,7 +2,7 @@
 the simulator; tidy frames in the T5 format.
 
 1. Calibration: a burst of requests at t = 0 under FCFS fills the batch and drains it; the step times give
-   the profile (`lengthpred.serve.profile_fit`) whose capacity (`lengthpred.sched.workload.capacity`)
+   the profile (`lengthpred.serve.profile_fit`) whose capacity (`lengthpred.sched.core.workload.capacity`)
    turns each load (a fraction of capacity) into an arrival rate. The simulator replays the runs on this
    profile, fitted on the calibration run only, so the fidelity comparison is out of sample; a second fit
    on every run's steps (`fit_all`) shows whether a miss is the model's form or the calibration.
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import DataError
-from lengthpred.sched.workload import capacity
+from lengthpred.sched.core.workload import capacity
 from lengthpred.serve.calibration_check import CalibrationCheck, CheckBounds, check_calibration, run_drifts
 from lengthpred.serve.clock import WallClock
 from lengthpred.serve.engine import Engine, EngineLimits

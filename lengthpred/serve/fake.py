@@ -6,7 +6,7 @@ requests in (priority, arrival time, id) order while the batch has room, filling
 with prefill (the first prompt always fits); then every running request makes one token. A step takes
 exactly `profile.step_time(B, C) + t_prefill_token·P` (B requests, C context tokens = prompt + tokens made
 so far, P prompt tokens prefilled), spent on its clock, which is the simulator's cost model
-(`lengthpred.sched.hardware`): replayed on a virtual clock, a run and its simulation agree.
+(`lengthpred.sched.core.hardware`): replayed on a virtual clock, a run and its simulation agree.
 
 Like vLLM with prefix caching and salted requests, a request added with a `cache_salt` reuses the full KV
 blocks of the prompt an earlier request with that salt computed (it prefills only the rest); a request
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lengthpred.sched.hardware import HardwareProfile
+from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.serve.engine import EngineLimits, RequestRejected, StepInfo
 
 

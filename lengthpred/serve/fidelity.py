@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.policies import make_policy
-from lengthpred.sched.predictors import ArrayPredictor
-from lengthpred.sched.simulator import simulate
-from lengthpred.sched.workload import Workload
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.sched.core.policies import make_policy
+from lengthpred.sched.core.predictors import ArrayPredictor
+from lengthpred.sched.core.simulator import simulate
+from lengthpred.sched.core.workload import Workload
 from lengthpred.serve.metrics import SLO, latency_metrics
 from lengthpred.serve.priority import ServePolicy
 from lengthpred.serve.profile_fit import model_step_times, step_durations, step_durations_kept

@@ -4,7 +4,7 @@ when there are enough repeats, and how far one request moves each gain.
 Every policy of one (repeat, load) serves the same requests and arrivals, so a repeat is the paired unit.
 Per (load, policy, predictor) and headline metric (`HEADLINES`, each a per-run statistic: a mean, median or
 p99 over that run's requests):
-- `gain` = 1 − mean over repeats(policy) / mean over repeats(FCFS) (the same as `lengthpred.sched.summary.gains`);
+- `gain` = 1 − mean over repeats(policy) / mean over repeats(FCFS) (the same as `lengthpred.sched.sweep.summary.gains`);
   `diff_s` = the mean paired difference FCFS − policy in seconds (an absolute gain, not a ratio).
 - `p_value`: exact two-sided sign-flip permutation test of the paired differences (`scipy.stats.permutation_test`,
   `permutation_type="samples"`: each repeat's difference keeps or flips its sign, all 2^n ways). With n repeats

@@ -12,7 +12,7 @@ only under KV-memory pressure, so each policy here is non-preemptive:
 | oracle-aging | the same with p the replayed length | oracle-sjf-aging | clairvoyant |
 
 The aging policies' priorities change while a request waits (`ServePolicy.aged_priority`, the simulator's
-`lengthpred.sched.policies.AgingSJF` key); the replay re-sets them before every engine step on an engine
+`lengthpred.sched.core.policies.AgingSJF` key); the replay re-sets them before every engine step on an engine
 that can (`reprioritize`: the fake engine; vLLM fixes a request's priority when it is added).
 """
 
@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass, replace
 
 from lengthpred.errors import ConfigError
-from lengthpred.sched.policies import AGING_WEIGHT
-from lengthpred.sched.pool import CLAIRVOYANT, NO_PREDICTOR
+from lengthpred.sched.core.policies import AGING_WEIGHT
+from lengthpred.sched.sweep.pool import CLAIRVOYANT, NO_PREDICTOR
 
 MAX_PRIORITY = 2**31 - 1
 
@@ -34,7 +34,7 @@ class ServePolicy:
     sim_policy: str  # lengthpred.sched policy the simulator replays it with
     needs_prediction: bool
     ages: bool = False  # the priority falls as the request waits (`aged_priority`)
-    weight: float = AGING_WEIGHT  # aging: tokens² per second (lengthpred.sched.policies.AgingSJF)
+    weight: float = AGING_WEIGHT  # aging: tokens² per second (lengthpred.sched.core.policies.AgingSJF)
 
     @property
     def oracle(self) -> bool:

@@ -1,6 +1,6 @@
 """A hardware profile fitted from the engine's own step times, for the simulator to replay the runs on.
 
-The simulator's cost model (`lengthpred.sched.hardware`): a step over B requests holding C context tokens
+The simulator's cost model (`lengthpred.sched.core.hardware`): a step over B requests holding C context tokens
 that prefills P prompt tokens takes t_base + t_seq·B + t_ctx·C + t_prefill_token·P. Each recorded step
 gives (B, C, P) and its duration; non-negative least squares gives the four coefficients. A step's duration
 is the loop's cycle (end of the previous step to end of this one) when the engine ran back to back, so the
@@ -20,7 +20,7 @@ import pandas as pd
 from scipy.optimize import least_squares, nnls
 
 from lengthpred.errors import DataError
-from lengthpred.sched.hardware import HardwareProfile
+from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.serve.engine import EngineLimits
 
 COEFFICIENTS = ("t_base", "t_seq", "t_ctx", "t_prefill_token")

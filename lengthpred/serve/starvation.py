@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.policies import make_policy
-from lengthpred.sched.pool import CLAIRVOYANT, NO_PREDICTOR
-from lengthpred.sched.simulator import simulate
-from lengthpred.sched.workload import Workload
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.sched.core.policies import make_policy
+from lengthpred.sched.core.simulator import simulate
+from lengthpred.sched.core.workload import Workload
+from lengthpred.sched.sweep.pool import CLAIRVOYANT, NO_PREDICTOR
 from lengthpred.serve.metrics import SLO, latency_metrics
 
 METRICS = ("per_token_latency_mean", "per_token_latency_p50", "jct_mean", "jct_p99", "jct_max", "ttft_max")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.sched.workload import arrival_times
+from lengthpred.sched.core.workload import arrival_times
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ acceptance along the serving model's own sampled answers, one per test prompt (`
 `sched.spec.samples`) at the generation settings of `generate=`. Answers the generate stage already stored with
 token ids for these settings are reused (`sched.spec.answers=auto`); the rest come from the configured backend,
 their token ids kept in `sched.spec.answers_cache`. Acceptance itself needs no model
-(`lengthpred.sched.spec_acceptance`); the records go to `sched.spec.path` (`lengthpred.sched.spec_records`)."""
+(`lengthpred.sched.spec.acceptance`); the records go to `sched.spec.path` (`lengthpred.sched.spec.records`)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from lengthpred.generate.runner import encode_all
 from lengthpred.generate.settings import GenerationSettings, derive_seed
 from lengthpred.integrity import temp_path
 from lengthpred.models.serving import load_tokenizer
-from lengthpred.sched import spec_acceptance as sa
-from lengthpred.sched import spec_records as sr
-from lengthpred.sched.spec_report import acceptance_markdown
+from lengthpred.sched.spec import acceptance as sa
+from lengthpred.sched.spec import records as sr
+from lengthpred.sched.spec.report import acceptance_markdown
 from lengthpred.stages.locations import generations_dir
 
 log = logging.getLogger("lengthpred")

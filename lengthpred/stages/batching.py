@@ -1,5 +1,5 @@
 """The batching stage (scripts/simulate_batching.py): length-aware static batching on the heads' test pool and
-on windows of the serving traces (`lengthpred.sched.batching`)."""
+on windows of the serving traces (`lengthpred.sched.batching.batches`)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.data.serving_traces import load_trace
 from lengthpred.errors import DataError
-from lengthpred.sched.batching import POOL_DATA, pool_draw, run_batching, summarize_batching, trace_draw
-from lengthpred.sched.batching_report import batching_table
-from lengthpred.sched.hardware import get_profile
-from lengthpred.sched.trace_plots import plot_padding
-from lengthpred.sched.trace_windows import trace_windows
+from lengthpred.sched.batching.batches import (
+    POOL_DATA,
+    pool_draw,
+    run_batching,
+    summarize_batching,
+    trace_draw,
+)
+from lengthpred.sched.batching.report import batching_table
+from lengthpred.sched.core.hardware import get_profile
+from lengthpred.sched.traces.plots import plot_padding
+from lengthpred.sched.traces.windows import trace_windows
 from lengthpred.stages.simulate import has_predictions, load_head_pool
 
 log = logging.getLogger("lengthpred")

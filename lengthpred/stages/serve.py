@@ -33,9 +33,9 @@ from lengthpred.names import FeatureKey, SplitName
 from lengthpred.online.config import rls_name, select_alpha
 from lengthpred.online.rls import RLSRegressor
 from lengthpred.prompting import encode_prompt
-from lengthpred.sched.hardware import get_profile
-from lengthpred.sched.sources import read_prediction_files
-from lengthpred.sched.summary import gains, summarize_runs
+from lengthpred.sched.core.hardware import get_profile
+from lengthpred.sched.sweep.sources import read_prediction_files
+from lengthpred.sched.sweep.summary import gains, summarize_runs
 from lengthpred.serve import report, report_stats, starvation
 from lengthpred.serve.calibration_check import CheckBounds
 from lengthpred.serve.clock import VirtualClock, WallClock
@@ -192,7 +192,7 @@ def make_engine(cfg: DictConfig, state: Callable[[list[int]], np.ndarray] | None
 
 def stored_predictions(path: str | Path, head: str, split: str) -> dict[str, float]:
     """A saved head's predictions on a split (glob), by prompt id, from `predictions.parquet` file(s)
-    (`lengthpred.sched.sources.read_prediction_files`: the newest file that has the head)."""
+    (`lengthpred.sched.sweep.sources.read_prediction_files`: the newest file that has the head)."""
     df = read_prediction_files(path)
     in_split = np.array([fnmatch.fnmatchcase(str(s), split) for s in df["split"]], dtype=bool)
     df = df[(df["head"] == head).to_numpy() & in_split]

@@ -14,12 +14,12 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import ConfigError
-from lengthpred.sched import experiment as ex
-from lengthpred.sched import sources
-from lengthpred.sched.hardware import get_profile
-from lengthpred.sched.head_pool import has_predictions
-from lengthpred.sched.pool import LengthSource
-from lengthpred.sched.sweep_plots import plot_gain_and_starvation
+from lengthpred.sched.core.hardware import get_profile
+from lengthpred.sched.sweep import experiment as ex
+from lengthpred.sched.sweep import sources
+from lengthpred.sched.sweep.plots import plot_gain_and_starvation
+from lengthpred.sched.sweep.pool import LengthSource
+from lengthpred.sched.traces.head_pool import has_predictions
 from lengthpred.stages.targets import request_targets
 
 __all__ = ["has_predictions", "load_head_pool", "load_source", "pool_stats", "request_targets", "run_simulate"]
@@ -89,7 +89,7 @@ def pool_stats(src: LengthSource) -> dict:
 
 def run_simulate(cfg: DictConfig, tracker: Any) -> Path:
     """Policies × predictors × loads on `sched.hardware`: writes the T5 inputs into `sched.out_dir` (schemas in
-    lengthpred/sched/experiment.py), logs them to `tracker` and prints a small T5. Returns the folder."""
+    lengthpred/sched/sweep/experiment.py), logs them to `tracker` and prints a small T5. Returns the folder."""
     sc = cfg.sched
     out = Path(sc.out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """The speculative-decoding stage (scripts/simulate_spec.py): LAPS-SD, SJF/SRPT, MLFQ and FCFS on the measured
 n-gram acceptance (`sched.spec.path`, made by `lengthpred.stages.acceptance`) beside Beta models
-(`lengthpred.sched.spec_experiment`)."""
+(`lengthpred.sched.spec.experiment`)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lengthpred.sched import spec_acceptance as sa
-from lengthpred.sched import spec_experiment as se
-from lengthpred.sched import spec_report as rep
-from lengthpred.sched.experiment import parse_policies
-from lengthpred.sched.hardware import get_profile
-from lengthpred.sched.sources import POOLED_TEST, read_prediction_files
-from lengthpred.sched.spec_records import read_records
+from lengthpred.sched.core.hardware import get_profile
+from lengthpred.sched.spec import acceptance as sa
+from lengthpred.sched.spec import experiment as se
+from lengthpred.sched.spec import report as rep
+from lengthpred.sched.spec.records import read_records
+from lengthpred.sched.sweep.experiment import parse_policies
+from lengthpred.sched.sweep.sources import POOLED_TEST, read_prediction_files
 
 log = logging.getLogger("lengthpred")
 

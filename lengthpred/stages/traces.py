@@ -1,5 +1,5 @@
 """The traces stage (scripts/simulate_traces.py): real serving traces as workloads, policies on their windows
-with noisy oracles of set Spearman and the heads matched by length quantile (`lengthpred.sched.trace_*`)."""
+with noisy oracles of set Spearman and the heads matched by length quantile (`lengthpred.sched.traces`)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.data.serving_traces import load_trace
-from lengthpred.sched import experiment as ex
-from lengthpred.sched import trace_experiment as te
-from lengthpred.sched import trace_report as tr
-from lengthpred.sched.hardware import get_profile
-from lengthpred.sched.pool import LengthSource
-from lengthpred.sched.trace_plots import plot_quality_curves
-from lengthpred.sched.trace_windows import TraceWindow, trace_windows, window_stats
+from lengthpred.sched.core.hardware import get_profile
+from lengthpred.sched.sweep import experiment as ex
+from lengthpred.sched.sweep.pool import LengthSource
+from lengthpred.sched.traces import experiment as te
+from lengthpred.sched.traces import report as tr
+from lengthpred.sched.traces.plots import plot_quality_curves
+from lengthpred.sched.traces.windows import TraceWindow, trace_windows, window_stats
 from lengthpred.stages.simulate import has_predictions, load_head_pool
 
 log = logging.getLogger("lengthpred")
@@ -50,7 +50,7 @@ def windows(cfg: DictConfig, seeds: list[int]) -> tuple[dict[str, list[TraceWind
 
 def run_traces(cfg: DictConfig, tracker: Any) -> Path:
     """Every policy on each trace's windows at `sched.traces.loads`: writes the trace tables, curves and plots
-    into `sched.out_dir` (schemas in lengthpred/sched/trace_experiment.py) and prints the window and needed-Spearman
+    into `sched.out_dir` (schemas in lengthpred/sched/traces/experiment.py) and prints the window and needed-Spearman
     tables. Returns the folder."""
     t = cfg.sched.traces
     out = Path(cfg.sched.out_dir)

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from lengthpred.errors import DataError
 from lengthpred.integrity import temp_path
-from lengthpred.sched.spec_acceptance import emitted
+from lengthpred.sched.spec.acceptance import emitted
 
 META_KEY = b"lengthpred.spec"
 COLUMNS = ("id", "sample", "domain", "prompt_tokens", "output_tokens", "finish_reason", "proposed", "accepted")

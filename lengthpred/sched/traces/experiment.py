@@ -1,10 +1,10 @@
 """Policies × predictors × loads on windows of real serving traces (issue 16, items 1–2).
 
-Each seed replays one window of each trace (`lengthpred.sched.trace_windows`), its arrivals scaled to the
+Each seed replays one window of each trace (`lengthpred.sched.traces.windows`), its arrivals scaled to the
 offered load on the hardware profile. Per window the predictors are
 - ``noisy@<ρ>``: noisy oracles whose achieved Spearman with the window's true lengths is ρ (± 0.005;
-  `lengthpred.sched.noisy_oracle`), one fresh noise draw per window;
-- each head of the head pool, and ``prompt-mean``, matched by length quantile (`lengthpred.sched.head_mapping`);
+  `lengthpred.sched.traces.noisy_oracle`), one fresh noise draw per window;
+- each head of the head pool, and ``prompt-mean``, matched by length quantile (`lengthpred.sched.traces.head_mapping`);
   with `pool_bootstrap` (the default) from the seed's own resample of the pool's prompts
   (`head_mapping.seed_pool`), so the intervals over seeds cover the finite prompt pool the heads' errors come
   from as well as the windows;
@@ -14,7 +14,7 @@ and every policy of the grid serves the same window with the same predictions (c
 Outputs (tidy; written by scripts/simulate_traces.py; none is named ``sched_*``, so T5's glob never takes
 them):
 - ``trace_runs.csv``: ``hardware, data, policy, predictor, load, seed, metric, value`` (data = the trace,
-  seed = the window), metrics of `lengthpred.sched.metrics.summarize`.
+  seed = the window), metrics of `lengthpred.sched.core.metrics.summarize`.
 - ``trace_results.csv``: means over windows with percentile-bootstrap 95% intervals (`summarize_runs`).
 - ``trace_gains.csv``: ``data, latency_metric`` + `summary.gains`' columns: the gain of each latency metric
   over FCFS (1 − mean(x)/mean(FCFS)) and its share of the clairvoyant oracle's gain, paired over windows.
@@ -38,15 +38,15 @@ import pandas as pd
 from tqdm import tqdm
 
 from lengthpred.errors import ConfigError
-from lengthpred.metrics import UNDEFINED
-from lengthpred.sched.experiment import PolicySpec, run_grid
-from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.head_mapping import PROMPT_MEAN, map_heads, seed_pool
-from lengthpred.sched.metrics import bootstrap_mean_intervals
-from lengthpred.sched.noisy_oracle import noisy_oracle, spearman
-from lengthpred.sched.pool import CLAIRVOYANT, LengthSource
-from lengthpred.sched.summary import MIN_ORACLE_GAIN, gains
-from lengthpred.sched.trace_windows import TraceWindow
+from lengthpred.metrics import UNDEFINED, spearman_or_nan
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.sched.core.metrics import bootstrap_mean_intervals
+from lengthpred.sched.sweep.experiment import PolicySpec, run_grid
+from lengthpred.sched.sweep.pool import CLAIRVOYANT, LengthSource
+from lengthpred.sched.sweep.summary import MIN_ORACLE_GAIN, gains
+from lengthpred.sched.traces.head_mapping import PROMPT_MEAN, map_heads, seed_pool
+from lengthpred.sched.traces.noisy_oracle import noisy_oracle
+from lengthpred.sched.traces.windows import TraceWindow
 
 __all__ = ["GAIN_METRICS", "POOL_COLUMNS", "interval_scope", "noisy_label", "quality_curve", "run_traces", "spearman_needed", "trace_gains"]
 
@@ -77,7 +77,7 @@ def run_traces(windows: dict[str, list[TraceWindow]], profile: HardwareProfile, 
             label = noisy_label(lvl)
             preds[label] = noisy_oracle(w.output, float(lvl), rng=rng)
             quality.append(dict(data=name, seed=seed, predictor=label, kind="noisy", target=float(lvl),
-                                spearman=spearman(w.output, preds[label])))
+                                spearman=spearman_or_nan(w.output, preds[label])))
         if pool is not None:
             if seed not in pools:
                 pools[seed] = seed_pool(pool, int(seed), pool_bootstrap)
@@ -89,7 +89,7 @@ def run_traces(windows: dict[str, list[TraceWindow]], profile: HardwareProfile, 
             for r in pool_q.itertuples(index=False):
                 quality.append(dict(data=name, seed=seed, predictor=r.predictor,
                                     kind="prompt-mean" if r.predictor == PROMPT_MEAN else "head",
-                                    target=math.nan, spearman=spearman(w.output, mapped[r.predictor]),
+                                    target=math.nan, spearman=spearman_or_nan(w.output, mapped[r.predictor]),
                                     pool_spearman=r.pool_spearman, pool_spearman_mean=r.pool_spearman_mean,
                                     pool_prompts=int(r.pool_prompts), pool_resampled=bool(pool_bootstrap)))
         src = LengthSource(name, w.output, w.prompt, preds, arrival=w.arrival)

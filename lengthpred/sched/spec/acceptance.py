@@ -29,7 +29,7 @@ Statistics: `request_stats` per request (the simulator's acceptance rate A = (L/
 proposed token, tokens per step, the share of decode steps with no proposal, the spread of per-step
 acceptance, and the early estimate Â from the first k decode steps), `variability_summary` pooled (between-
 vs within-request spread, how well the first k steps predict the rest: LAPS-SD's "perceptible" estimate),
-`early_estimates` (what LAPS-SD's policy reads in the simulator). File I/O: `lengthpred.sched.spec_records`.
+`lengthpred.sched.core.early.early_estimates` (what LAPS-SD's policy reads in the simulator). File I/O: `lengthpred.sched.spec.records`.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tqdm.auto import tqdm
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.metrics import spearman_or_nan
+from lengthpred.sched.core.early import early_acceptance
 
 OCCURRENCES = ("earliest", "latest")
 
@@ -146,46 +148,6 @@ def rate_acceptance(length: np.ndarray | int, steps: np.ndarray | int, k: int) -
     return np.clip((L / np.asarray(steps, dtype=float) - 1.0) / k, 0.0, 1.0)
 
 
-def early_acceptance(accepted: Sequence[int], k: int, n_draft: int) -> float:
-    """Â from the first `k` decode steps (steps 1..k, after the prefill step): accepted draft tokens per
-    drafted position, a step without a proposal counting as none accepted (what the step rate sees). A
-    request with fewer decode steps uses those it has; none: 0."""
-    a = np.asarray(accepted[1: 1 + k], dtype=float)
-    return float(a.sum() / (n_draft * len(a))) if len(a) else 0.0
-
-
-def early_estimates(seqs: Sequence[Sequence[int]], n_draft: int, *, stability: str = "steps", min_steps: int = 8,
-                    tol: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
-    """LAPS-SD's (k_stable, Â) per request from its measured sequence, as the scheduler would see it.
-
-    k_stable counts steps of service, the prefill step included, as the simulator does; after s steps the
-    scheduler has seen the s − 1 decode steps after the prefill, and Â is their acceptance (no look-ahead).
-    ``steps``: s = max(min_steps, 2). ``stderr``: the first s >= 2 at which the plug-in binomial standard error
-    √(Â(1 − Â)/(n_draft·(s − 1))) is at most `tol`; a request that never gets there is never perceptible
-    (k_stable past its last step). The plug-in error is 0 when Â is 0 or 1, so a request whose first decode
-    step drafts nothing (common with n-gram drafting) becomes perceptible at once with Â = 0."""
-    n = len(seqs)
-    ks = np.empty(n, dtype=np.int64)
-    a_hat = np.empty(n, dtype=float)
-    for i, seq in enumerate(seqs):
-        acc = np.asarray(seq[1:], dtype=float)  # decode steps
-        if stability == "steps":
-            s = max(int(min_steps), 2)
-        elif stability == "stderr":
-            if len(acc) == 0:
-                s = len(seq) + 1
-            else:
-                m = np.arange(1, len(acc) + 1)  # decode steps seen
-                est = np.cumsum(acc) / (n_draft * m)
-                ok = np.flatnonzero(est * (1 - est) <= n_draft * m * tol**2)
-                s = int(ok[0]) + 2 if ok.size else len(seq) + 1
-        else:
-            raise ConfigError(f"laps-sd stability {stability!r}; valid: steps, stderr")
-        ks[i] = s
-        a_hat[i] = min(1.0, early_acceptance(seq, s - 1, n_draft))
-    return ks, a_hat
-
-
 def request_stats(records: pd.DataFrame, k: int, early_k: Sequence[int] = (4, 8, 16)) -> pd.DataFrame:
     """Per record: steps, tokens_per_step, accept (the simulator's A), accept_per_proposed, no_proposal_share
     and step_sd over decode steps (per-step acceptance accepted/k), and early_<k> (Â over the first k decode
@@ -224,8 +186,6 @@ def variability_summary(stats: pd.DataFrame, records: pd.DataFrame, k: int,
     within requests, and how well Â over the first e decode steps predicts the acceptance of the rest of the
     request (requests with at least `min_rest` decode steps after them): Pearson, Spearman, MAE, and the
     MAE of the pool's mean as the no-information reference."""
-    from scipy.stats import spearmanr
-
     rows: list[tuple[str, float, int]] = []
     a = stats["accept"].to_numpy(float)
     n = len(a)
@@ -249,8 +209,7 @@ def variability_summary(stats: pd.DataFrame, records: pd.DataFrame, k: int,
         within = float(np.mean((per_step - means[owner]) ** 2))
         rows.append(("step_var_within_share", within / float(per_step.var()), len(per_step)))
     lengths = stats["output_tokens"].to_numpy(float)
-    rho_l = spearmanr(a, lengths).statistic if n > 2 and a.std() > 0 and lengths.std() > 0 else math.nan
-    rows.append(("spearman_accept_length", float(rho_l), n))
+    rows.append(("spearman_accept_length", spearman_or_nan(a, lengths), n))
     for e in early_k:
         dec = stats["steps"].to_numpy() - 1
         keep = dec >= e + min_rest
@@ -258,7 +217,7 @@ def variability_summary(stats: pd.DataFrame, records: pd.DataFrame, k: int,
         m = int(keep.sum())
         ok = m > 2 and x.std() > 0 and y.std() > 0
         rows += [(f"early{e}_vs_rest_pearson", float(np.corrcoef(x, y)[0, 1]) if ok else math.nan, m),
-                 (f"early{e}_vs_rest_spearman", float(spearmanr(x, y).statistic) if ok else math.nan, m),
+                 (f"early{e}_vs_rest_spearman", spearman_or_nan(x, y), m),
                  (f"early{e}_vs_rest_mae", float(np.mean(np.abs(x - y))) if m else math.nan, m),
                  (f"early{e}_vs_rest_mae_of_mean", float(np.mean(np.abs(y.mean() - y))) if m else math.nan, m)]
     return pd.DataFrame(rows, columns=["metric", "value", "n"])

@@ -5,7 +5,7 @@ output length, its prompt's token count and, by regime, its acceptance:
 
 - ``measured``: the request's own measured rate, A_i = (L_i/steps_i − 1)/n_draft, so that it needs exactly its
   measured number of steps (`spec_acceptance.rate_acceptance`), and LAPS-SD's Â from its own first decode steps
-  (`spec_acceptance.early_estimates`; the stderr rule on the running estimate);
+  (`core.early.early_estimates`; the stderr rule on the running estimate);
 - ``measured-rate``: the same rates, with LAPS-SD's Â drawn as the true rate plus binomial noise (the
   simulator's synthetic model): the difference from ``measured`` is what the real early estimate costs;
 - ``beta-matched``: A ~ Beta with the measured rates' mean and variance, independent of length: against
@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.sched.experiment import PolicySpec, run_grid
-from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.pool import LengthSource, Requests
-from lengthpred.sched.spec_acceptance import beta_moments, rate_acceptance
-from lengthpred.sched.spec_records import AcceptanceRecords
-from lengthpred.sched.summary import KEY, gains, summarize_runs
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.sched.spec.acceptance import beta_moments, rate_acceptance
+from lengthpred.sched.spec.records import AcceptanceRecords
+from lengthpred.sched.sweep.experiment import PolicySpec, run_grid
+from lengthpred.sched.sweep.pool import LengthSource, Requests
+from lengthpred.sched.sweep.summary import KEY, gains, summarize_runs
 
 REGIMES = ("measured", "measured-rate", "beta-matched", "beta-7-3")
 SYNTHETIC_BETA = (7.0, 3.0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lengthpred.sched.policies import POLICIES, SchedContext, _LengthPolicy
+from lengthpred.sched.core.policies import POLICIES, SchedContext, _LengthPolicy
 
 
 @POLICIES.register("amin")

@@ -1,9 +1,9 @@
 """Policies × predictors × loads × seeds on one length source, and the files the tables read.
 
 Each seed draws its requests from the source's pool, each request with one of its prompt's sampled lengths
-(lengthpred.sched.pool), and its prompt's real token count; every load and policy of a seed serves the same
+(lengthpred.sched.sweep.pool), and its prompt's real token count; every load and policy of a seed serves the same
 requests. Outputs (tidy; `load` is the offered load as a fraction of the server's capacity, see
-`lengthpred.sched.workload.capacity`):
+`lengthpred.sched.core.workload.capacity`):
 
 - ``sched_runs.csv``: one row per run and metric: ``experiment, hardware, data, policy, predictor, load,
   seed, metric, value``.
@@ -14,12 +14,12 @@ requests. Outputs (tidy; `load` is the offered load as a fraction of the server'
   over FCFS (``gain_vs_fcfs``, a fraction: 1 − mean(x)/mean(FCFS)) and its share of the oracle's gain
   (``share_of_oracle``; oracle = the clairvoyant oracle policy with the lowest mean, as T5 takes it), means
   over seeds with paired-bootstrap CIs over seeds; ``undefined`` at a load where the oracle's own gain
-  interval does not lie above 0 (lengthpred.sched.summary).
+  interval does not lie above 0 (lengthpred.sched.sweep.summary).
 - ``sched_latencies.parquet``: ``policy, predictor, load, latency`` (per-token latency, s, one row per
   finished request of the first seed): the latency CDF data.
 - ``latency_vs_load.png``.
 
-Metrics (``lengthpred.sched.metrics.summarize``): ``per_token_latency_{mean,p50,p99}`` (s/token),
+Metrics (``lengthpred.sched.core.metrics.summarize``): ``per_token_latency_{mean,p50,p99}`` (s/token),
 ``jct_{mean,p99}``, ``ttft_{mean,p99}`` (s), ``throughput`` (output tokens/s), ``preemptions``,
 ``preempt_overhead`` (share of the run spent re-prefilling or swapping preempted requests),
 ``recompute_tokens``, ``max_wait`` (s before first admission), ``n_finished``, ``n_rejected``,
@@ -45,10 +45,13 @@ import pandas as pd
 from tqdm import tqdm
 
 from lengthpred.errors import ConfigError
-from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.metrics import latency_cdf, summarize, t_interval  # noqa: F401  (re-exported)
-from lengthpred.sched.policies import make_policy
-from lengthpred.sched.pool import (
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.sched.core.metrics import latency_cdf, summarize, t_interval  # noqa: F401  (re-exported)
+from lengthpred.sched.core.policies import make_policy
+from lengthpred.sched.core.predictors import ArrayPredictor, OnlineScaledPredictor
+from lengthpred.sched.core.simulator import simulate
+from lengthpred.sched.core.workload import Workload, capacity, scale_to_rate
+from lengthpred.sched.sweep.pool import (
     CLAIRVOYANT,
     MEAN_ORACLE,
     NO_PREDICTOR,
@@ -57,11 +60,7 @@ from lengthpred.sched.pool import (
     Requests,
     random_keys,
 )
-from lengthpred.sched.predictors import ArrayPredictor, OnlineScaledPredictor
-from lengthpred.sched.simulator import simulate
-from lengthpred.sched.summary import KEY, format_table, gains, short_t5, summarize_runs  # noqa: F401  (re-exported)
-from lengthpred.sched.trace_windows import scale_to_rate
-from lengthpred.sched.workload import Workload, capacity
+from lengthpred.sched.sweep.summary import KEY, format_table, gains, short_t5, summarize_runs  # noqa: F401  (re-exported)
 
 log = logging.getLogger("lengthpred.sched")
 
@@ -120,7 +119,7 @@ def run_grid(
     samples) to every policy that reads predictions, when the source has sampled lengths; `random_predictor`
     adds `random` (a random length per prompt, fixed per seed), the zero anchor for shares. `acceptance(requests,
     seed) -> (rates, sequences or None)` replaces the Beta(`accept_beta`) draw (measured acceptance,
-    lengthpred.sched.spec_experiment) and draws nothing from the seed's stream; `capacity_mean_steps` sets
+    lengthpred.sched.spec.experiment) and draws nothing from the seed's stream; `capacity_mean_steps` sets
     loads from each request's own steps (`capacity(mean_steps=True)`)."""
     preds = list(source.preds) if predictors is None else list(predictors)
     unknown = sorted(set(preds) - set(source.preds))

@@ -1,6 +1,6 @@
 """Markdown tables of the trace experiment: policies on each trace, and how good a predictor must be.
 
-Built from the tidy files of `lengthpred.sched.trace_experiment` only (trace_results.csv, trace_gains.csv,
+Built from the tidy files of `lengthpred.sched.traces.experiment` only (trace_results.csv, trace_gains.csv,
 trace_predictors.csv, quality_curve.csv, trace_windows.csv), so a table can be rebuilt without rerunning.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lengthpred.sched.pool import CLAIRVOYANT, NO_PREDICTOR
-from lengthpred.sched.summary import _ms, _num, _pct
-from lengthpred.sched.trace_experiment import NOISY, interval_scope, noisy_label
+from lengthpred.sched.sweep.pool import CLAIRVOYANT, NO_PREDICTOR
+from lengthpred.sched.sweep.summary import _ms, _num, _pct
+from lengthpred.sched.traces.experiment import NOISY, interval_scope, noisy_label
 
 __all__ = ["needed_table", "policy_table", "quality_table", "window_table"]
 

@@ -3,7 +3,7 @@ length quantile, so the head's real error profile (in ranks) is carried over to 
 
 Trace requests have no prompt texts, so no head can read them. Instead:
 
-1. The head pool is the heads' test prompts (`lengthpred.sched.sources.from_predictions`) with each prompt's
+1. The head pool is the heads' test prompts (`lengthpred.sched.sweep.sources.from_predictions`) with each prompt's
    sampled lengths: a pool entry is one (prompt, sample), because a served request reveals one sampled
    length, not its prompt's mean (docs: AUDIT "mean of k samples vs one sample").
 2. Trace request i with output quantile u_i (its rank among the window's requests, ties at random) is
@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from lengthpred.sched.noisy_oracle import spearman
-from lengthpred.sched.pool import LengthSource
+from lengthpred.metrics import spearman_or_nan
+from lengthpred.sched.sweep.pool import LengthSource
 
 __all__ = ["POOL_STREAM", "PROMPT_MEAN", "map_heads", "pool_entries", "pool_rng", "resample_pool", "seed_pool"]
 
@@ -125,8 +125,8 @@ def map_heads(pool: LengthSource, output: np.ndarray, rng: np.random.Generator,
     for h, v in values.items():
         p = _mid_quantile(v)  # [K] quantile of the head's prediction for each entry
         preds[h] = sorted_out[np.minimum((p[matched] * n).astype(np.int64), n - 1)]
-        rows.append(dict(predictor=h, pool_spearman=spearman(entry_len, v),
-                         pool_spearman_mean=spearman(mean_len, pool.preds[h]) if h in pool.preds and h != PROMPT_MEAN
-                         else spearman(mean_len[entry_prompt], v), pool_entries=K,
+        rows.append(dict(predictor=h, pool_spearman=spearman_or_nan(entry_len, v),
+                         pool_spearman_mean=spearman_or_nan(mean_len, pool.preds[h]) if h in pool.preds and h != PROMPT_MEAN
+                         else spearman_or_nan(mean_len[entry_prompt], v), pool_entries=K,
                          pool_prompts=len(mean_len)))
     return preds, pd.DataFrame(rows)

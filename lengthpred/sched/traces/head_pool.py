@@ -1,9 +1,9 @@
 """The heads' test prompts as a request pool: where the train stage's predictions files are.
 
 The pool the simulate stage draws T5's requests from, and the pool trace requests are matched into
-(`lengthpred.sched.head_mapping`) and static batches are formed from (`lengthpred.sched.batching`):
+(`lengthpred.sched.traces.head_mapping`) and static batches are formed from (`lengthpred.sched.batching.batches`):
 `lengthpred.stages.simulate.load_head_pool(cfg, path)` reads the predictions files
-(`lengthpred.sched.sources.from_predictions`) with each prompt's sampled lengths from the config's targets.
+(`lengthpred.sched.sweep.sources.from_predictions`) with each prompt's sampled lengths from the config's targets.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.metrics import UNDEFINED, is_undefined
-from lengthpred.sched.metrics import bootstrap_mean_intervals
-from lengthpred.sched.pool import CLAIRVOYANT, MEAN_ORACLE, NO_PREDICTOR, RANDOM
+from lengthpred.sched.core.metrics import bootstrap_mean_intervals
+from lengthpred.sched.sweep.pool import CLAIRVOYANT, MEAN_ORACLE, NO_PREDICTOR, RANDOM
 
 log = logging.getLogger("lengthpred.sched")
 KEY = "per_token_latency_mean"

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from lengthpred.sched.policies import Policy
+from lengthpred.sched.core.policies import Policy
 
 _REL = 1e-13  # candidates within this relative distance of the best approximate key get exact keys (rounding
 # moves an approximate key by a few units of 1e-16 relative to the magnitudes it sums)

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.sched.hardware import HardwareProfile
+from lengthpred.sched.core.hardware import HardwareProfile
 
 
 @dataclass
 class Workload:
     """Requests sorted by arrival; lengths in tokens. `accept` is each request's speculative acceptance rate;
     `accept_seq`, where acceptance was measured, each request's draft tokens accepted per step (step 0: its
-    prefill step), which LAPS-SD reads for its early estimate (`lengthpred.sched.spec_acceptance`)."""
+    prefill step), which LAPS-SD reads for its early estimate (`lengthpred.sched.spec.acceptance`)."""
 
     arrival: np.ndarray  # [n] float seconds, nondecreasing
     prompt: np.ndarray  # [n] int tokens
@@ -97,6 +97,12 @@ def synthetic_lengths(
     """Lognormal output lengths in tokens, clipped to [1, max_len]."""
     x = np.exp(math.log(median) + sigma * rng.standard_normal(n))
     return np.clip(np.rint(x), 1, max_len).astype(np.int64)
+
+
+def scale_to_rate(arrival: np.ndarray, rate: float) -> np.ndarray:
+    """Arrival times (from 0) scaled by one constant so their mean rate, (n − 1)/span, is `rate` per second."""
+    a = np.asarray(arrival, dtype=float)
+    return a * (len(a) - 1) / max(a[-1], 1e-12) / rate
 
 
 def noisy_prediction(y: np.ndarray, spearman: float, *, rng: np.random.Generator) -> np.ndarray:

@@ -10,7 +10,7 @@ that change in steps other than through progress ask for re-checks every ``tick`
 
 A policy whose running keys move by a fixed slope per global step within groups (or by at most that:
 ``bounds``) says so by setting ``slopes`` in ``bind`` and implementing ``segment``; the simulator then
-keeps the running batch in lazy heaps (`lengthpred.sched.runset`). Otherwise (``slopes = None``) it
+keeps the running batch in lazy heaps (`lengthpred.sched.core.runset`). Otherwise (``slopes = None``) it
 recomputes ``running_keys`` over the batch. ``running_key`` and ``running_keys`` must agree to the last
 bit: both paths must pick the same request.
 """
@@ -27,8 +27,8 @@ import numpy as np
 
 from lengthpred.errors import ConfigError
 from lengthpred.registry import Registry
-from lengthpred.sched.predictors import ArrayPredictor, OraclePredictor
-from lengthpred.sched.spec_acceptance import early_estimates
+from lengthpred.sched.core.early import early_estimates
+from lengthpred.sched.core.predictors import ArrayPredictor, OraclePredictor
 
 POLICIES: Registry[Any] = Registry("policy")
 _LEVEL = 1e9  # separates MLFQ levels in a float key (arrival times stay far below it)
@@ -298,7 +298,7 @@ class LAPSSD(MLFQ):
     ``stability="stderr"`` — once the binomial standard error of Â, √(A(1−A)/(n·k)), is below `tol`.
     Â is the true rate plus that sampling error, drawn once per request; with measured acceptance sequences
     (`SchedContext.accept_seq`) Â is instead the acceptance of the request's own first decode steps and the
-    stderr test runs on that running estimate (`spec_acceptance.early_estimates`). ``perceptible_first`` puts
+    stderr test runs on that running estimate (`core.early.early_estimates`). ``perceptible_first`` puts
     perceptible requests ahead of the LAS queues (default: young requests first, as LAS does).
     """
 

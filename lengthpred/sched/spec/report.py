@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lengthpred.sched.spec_experiment import REGIMES
-from lengthpred.sched.summary import KEY
+from lengthpred.sched.spec.experiment import REGIMES
+from lengthpred.sched.sweep.summary import KEY
 
 
 def _ms(v: float, lo: float, hi: float) -> str:

@@ -5,7 +5,7 @@ are disjoint stretches of real traffic (independent replicates for the intervals
 resample. A trace too short for the windows asked is refused with its size, never recycled.
 
 Arrivals are scaled by one constant per window and load, so that the window's mean rate is the offered
-load times the server's capacity (`lengthpred.sched.workload.capacity`) on the chosen hardware profile. A
+load times the server's capacity (`lengthpred.sched.core.workload.capacity`) on the chosen hardware profile. A
 constant scale keeps the shape of the arrival process: bursts, lulls, ties (Mooncake logs arrivals in 3 s
 ticks) and the coefficient of variation of the inter-arrival gaps, which `window_stats` reports before
 and after scaling.
@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.workload import capacity
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.sched.core.workload import capacity, scale_to_rate
 
 __all__ = ["TraceWindow", "interarrival_cv", "scale_to_rate", "trace_windows", "window_stats"]
 
@@ -61,12 +61,6 @@ def trace_windows(df: pd.DataFrame, name: str, *, n_requests: int, n_windows: in
         out.append(TraceWindow(name, k, a, arr, df["prompt_tokens"].to_numpy(np.int64)[a:b],
                                df["output_tokens"].to_numpy(np.int64)[a:b]))
     return out
-
-
-def scale_to_rate(arrival: np.ndarray, rate: float) -> np.ndarray:
-    """Arrival times (from 0) scaled by one constant so their mean rate, (n − 1)/span, is `rate` per second."""
-    a = np.asarray(arrival, dtype=float)
-    return a * (len(a) - 1) / max(a[-1], 1e-12) / rate
 
 
 def interarrival_cv(arrival: np.ndarray) -> float:

@@ -1,6 +1,6 @@
 """Where a simulation's request lengths and predictions come from: a predictions file, CASTILLO, synthetic.
 
-Each reader returns a `LengthSource` (lengthpred.sched.pool): a pool of prompts (sampled output lengths,
+Each reader returns a `LengthSource` (lengthpred.sched.sweep.pool): a pool of prompts (sampled output lengths,
 prompt length) with one prediction array per predictor, aligned; simulations draw their requests from it
 with replacement, each request taking one of its prompt's sampled lengths.
 """
@@ -18,8 +18,8 @@ import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.names import SplitName
-from lengthpred.sched.pool import LengthSource
-from lengthpred.sched.workload import noisy_prediction, synthetic_lengths
+from lengthpred.sched.core.workload import noisy_prediction, synthetic_lengths
+from lengthpred.sched.sweep.pool import LengthSource
 
 __all__ = ["LengthSource", "POOLED_TEST", "from_castillo", "from_predictions", "from_trace", "read_prediction_files",
            "synthetic"]

@@ -4,7 +4,7 @@ A Gaussian copula on normal scores: z = Φ⁻¹((rank(y) + ½)/n) (ties broken a
 z' = r·z + √(1 − r²)·ε with ε standard normal, and the prediction of request i is the true length of rank
 rank(z'_i): a permutation of the true lengths, so predictions have exactly the lengths' distribution and
 only the ranking is noisy. For a bivariate normal, Spearman ρs = (6/π)·asin(r/2), so r = 2·sin(π·ρs/6) gives
-the target in expectation; with ε fixed, r is then moved by bisection until the *achieved* Spearman (average
+the target in expectation; with ε fixed, r is then moved by bisection until the *achieved* Spearman (`lengthpred.metrics.spearman`: average
 ranks for ties, as scipy computes it) is within `tol` of the target, so every workload's x-axis value is
 the rank correlation its scheduler actually saw.
 """
@@ -14,20 +14,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 from scipy.special import ndtri
 
 from lengthpred.errors import ConfigError
+from lengthpred.metrics import spearman_or_nan
 
-__all__ = ["noisy_oracle", "spearman"]
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's ρ with average ranks for ties; NaN when either side is constant (undefined)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return math.nan
-    return float(stats.spearmanr(a, b).statistic)
+__all__ = ["noisy_oracle"]
 
 
 def _ranks(x: np.ndarray, tiebreak: np.ndarray) -> np.ndarray:
@@ -42,7 +34,7 @@ def noisy_oracle(y: np.ndarray, target: float, *, rng: np.random.Generator, tol:
     """A permutation of the lengths `y` whose Spearman with `y` is `target` ± `tol` (module docstring).
 
     Where ties in `y` make the target unreachable (it needs r beyond ±1), the closest reachable value is
-    returned; the caller reports the achieved Spearman (`spearman(y, pred)`), never the target."""
+    returned; the caller reports the achieved Spearman (`lengthpred.metrics.spearman_or_nan(y, pred)`), never the target."""
     if not -1.0 <= target <= 1.0 or not math.isfinite(target):
         raise ConfigError(f"noisy-oracle Spearman {target} must lie in [-1, 1]")
     y = np.asarray(y, dtype=float)
@@ -57,7 +49,7 @@ def noisy_oracle(y: np.ndarray, target: float, *, rng: np.random.Generator, tol:
     def draw(r: float) -> tuple[np.ndarray, float]:
         zp = r * z + math.sqrt(max(0.0, 1.0 - r * r)) * eps
         pred = ys[_ranks(zp, tie)]
-        return pred, spearman(y, pred)
+        return pred, spearman_or_nan(y, pred)
 
     lo, hi = -1.0, 1.0
     r = 2.0 * math.sin(math.pi * target / 6.0)

@@ -1,6 +1,6 @@
 """T5 over a load sweep: the gain of each policy × predictor over FCFS against load, and what it costs the
 longest requests (p99 end-to-end latency and the longest wait for admission), from the simulate stage's tidy
-summary and gains (`lengthpred.sched.summary`): gain_vs_load.png."""
+summary and gains (`lengthpred.sched.sweep.summary`): gain_vs_load.png."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lengthpred.sched.pool import CLAIRVOYANT, MEAN_ORACLE, NO_PREDICTOR, RANDOM
+from lengthpred.sched.sweep.pool import CLAIRVOYANT, MEAN_ORACLE, NO_PREDICTOR, RANDOM
 
 ORACLES = (NO_PREDICTOR, CLAIRVOYANT, MEAN_ORACLE, RANDOM)
 GAIN_FLOOR = -40.0  # %: the gain panel's lower limit

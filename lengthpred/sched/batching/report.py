@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lengthpred.sched.batching import POOL_DATA
-from lengthpred.sched.summary import _num, _pct
+from lengthpred.sched.batching.batches import POOL_DATA
+from lengthpred.sched.sweep.summary import _num, _pct
 
 __all__ = ["batching_table", "interval_scope"]
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from lengthpred.sched.simulator import SimResult
+from lengthpred.sched.core.simulator import SimResult
 
 # metric name → True when higher is better (the ↑/↓ of printed tables)
 HIGHER_IS_BETTER = {

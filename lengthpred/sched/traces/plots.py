@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lengthpred.sched.pool import CLAIRVOYANT
+from lengthpred.sched.sweep.pool import CLAIRVOYANT
 
 __all__ = ["plot_padding", "plot_quality_curves", "quality_figure"]
 

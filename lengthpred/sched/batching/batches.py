@@ -9,7 +9,7 @@ them by one of `FORMATIONS`:
 
 Each batch of b requests with longest output L_max and longest prompt P_max is padded to it: its prompts
 are prefilled as b·P_max tokens, then it decodes L_max steps of b rows whose context grows from b·P_max,
-each step costing the profile's ``t_base + t_seq·b + t_ctx·context`` (`lengthpred.sched.hardware`). KV memory
+each step costing the profile's ``t_base + t_seq·b + t_ctx·context`` (`lengthpred.sched.core.hardware`). KV memory
 is not modelled (a static batch allocates it all up front).
 
 - padding ratio = 1 − Σ lengths / Σ_batches (b × L_max): the share of decoded rows that are padding;
@@ -17,7 +17,7 @@ is not modelled (a static batch allocates it all up front).
 
 Workloads (`pool_draw`, `trace_draw`): the heads' test pool (each seed draws requests with replacement, one
 sampled length each), and windows of a trace with the heads matched by length quantile
-(`lengthpred.sched.head_mapping`) and noisy oracles. With `pool_bootstrap` (`sched.batching.pool_bootstrap`,
+(`lengthpred.sched.traces.head_mapping`) and noisy oracles. With `pool_bootstrap` (`sched.batching.pool_bootstrap`,
 the default) each seed first takes its own resample of the pool's prompts (`head_mapping.seed_pool`: the
 same one the trace experiment uses for that seed), so the intervals over seeds cover the finite prompt pool
 the heads' errors come from; every formation and predictor of a seed is cut from the same draw (paired).
@@ -32,13 +32,14 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError
-from lengthpred.sched.hardware import HardwareProfile
-from lengthpred.sched.head_mapping import PROMPT_MEAN, map_heads, seed_pool
-from lengthpred.sched.metrics import bootstrap_mean_intervals
-from lengthpred.sched.noisy_oracle import noisy_oracle, spearman
-from lengthpred.sched.pool import LengthSource
-from lengthpred.sched.trace_experiment import noisy_label
-from lengthpred.sched.trace_windows import TraceWindow
+from lengthpred.metrics import spearman_or_nan
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.sched.core.metrics import bootstrap_mean_intervals
+from lengthpred.sched.sweep.pool import LengthSource
+from lengthpred.sched.traces.experiment import noisy_label
+from lengthpred.sched.traces.head_mapping import PROMPT_MEAN, map_heads, seed_pool
+from lengthpred.sched.traces.noisy_oracle import noisy_oracle
+from lengthpred.sched.traces.windows import TraceWindow
 
 __all__ = ["FORMATIONS", "POOL_DATA", "batch_order", "pool_draw", "run_batching", "static_batches",
            "summarize_batching", "trace_draw"]
@@ -63,7 +64,7 @@ def pool_draw(pool: LengthSource, n: int, rho: list[tuple], pool_bootstrap: bool
         preds = {h: np.asarray(v)[req.idx] for h, v in src.preds.items()}
         if req.expected is not None:
             preds[PROMPT_MEAN] = req.expected
-        rho.extend((seed, h, spearman(req.output, p)) for h, p in preds.items())
+        rho.extend((seed, h, spearman_or_nan(req.output, p)) for h, p in preds.items())
         return req.output, req.prompt, preds
 
     return draw
@@ -81,7 +82,7 @@ def trace_draw(by_seed: dict[int, TraceWindow], pool: LengthSource | None, level
         preds = {noisy_label(x): noisy_oracle(w.output, float(x), rng=rng) for x in levels}
         if pool is not None:
             preds.update(map_heads(seed_pool(pool, seed, pool_bootstrap), w.output, rng)[0])
-        rho.extend((seed, h, spearman(w.output, p)) for h, p in preds.items())
+        rho.extend((seed, h, spearman_or_nan(w.output, p)) for h, p in preds.items())
         return w.output, w.prompt, preds
 
     return draw

@@ -1,0 +1,3 @@
+"""Static batches formed from a trace's requests: padding and useful throughput (`batches`) and their
+tables (`report`).
+"""
