@@ -100,14 +100,14 @@ class DomainMedianHead(BaseHead):
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        return self.predict_points(X).pred
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=None, ensure_all_finite=False, reset=False)
+        return np.array([self.medians_.get(k, self.global_median_) for k in self._keys(X)], dtype=np.float64)
 
     def predict_points(self, X: Any) -> Points:
         """The group's median and mean (overall ones for unseen groups; no mean for older saves)."""
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=None, ensure_all_finite=False, reset=False)
-        keys = self._keys(X)
-        median = np.array([self.medians_.get(k, self.global_median_) for k in keys], dtype=np.float64)
+        median = self.predict(X)
+        keys = self._keys(validate_data(self, X, dtype=None, ensure_all_finite=False, reset=False))
         mean = None
         if self.means_ is not None:
             mean = np.array([self.means_.get(k, self.global_mean_) for k in keys], dtype=np.float64)

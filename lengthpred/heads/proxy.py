@@ -236,7 +236,15 @@ class ProxyHead(BaseHead):
         self.smearing_ = smearing_factor(np.log1p(y) - np.log1p(raw)) if self.objective == "reg" else 1.0
 
     def predict(self, X: Any) -> np.ndarray:
-        return self.predict_points(X).pred
+        check_is_fitted(self)
+        texts = _texts(X)
+        with torch_threads(self.n_threads):
+            raw = self._raw_predict(texts)
+        if self.objective == "rank":
+            return np.interp(raw, self.calib_scores_, self.calib_tokens_)
+        if self.objective == "reg":
+            return smeared_expm1(np.log1p(raw), self.smearing_)
+        return raw
 
     def predict_points(self, X: Any) -> Points:
         """The configured prediction, median and mean from one encoder pass (module docstring)."""
