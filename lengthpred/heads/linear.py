@@ -97,7 +97,8 @@ class LinearHead(BaseHead):
         self.coef_ = np.asarray(fitted.coef_, dtype=np.float64)
         self.intercept_ = float(fitted.intercept_)
         self.mean_smearing_ = self._smearing(X, y)
-        self.smearing_ = self.mean_smearing_ if self.back_transform == "mean" else 1.0  # what `predict` applies
+        # what `predict` applies; predict_points' mean always uses mean_smearing_
+        self.smearing_ = self.mean_smearing_ if self.back_transform == "mean" else 1.0
         return self
 
     def _smearing(self, X: np.ndarray, y: np.ndarray) -> float:
@@ -138,7 +139,8 @@ class LinearHead(BaseHead):
             "ridge.intercept": np.array([self.intercept_]),
         }
         meta = {"alpha_": self.alpha_, "n_features_in": self.n_features_in_, "smearing": self.smearing_}
-        return arrays, meta | {"mean_smearing": self.mean_smearing_ if math.isfinite(self.mean_smearing_) else None}
+        meta["mean_smearing"] = self.mean_smearing_ if math.isfinite(self.mean_smearing_) else None
+        return arrays, meta
 
     def _set_state(self, arrays, meta, path):
         d = int(meta["n_features_in"])
