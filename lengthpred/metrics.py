@@ -70,6 +70,10 @@ class Metric:
     higher_is_better: bool
     needs_variation: bool = False  # undefined unless both inputs have ≥ 2 distinct values
     unit: str = ""  # "tokens" for error metrics, "" for correlations and fractions
+    # the point prediction the metric rewards ("median": absolute error, "mean": squared error): scorers of
+    # predictions files use that column where the head recorded it (lengthpred.seeds.POINT_COLUMNS), y_pred
+    # otherwise; None: always y_pred (rank metrics, which any monotone map of a prediction leaves unchanged)
+    rewards: str | None = None
 
     def __call__(self, y_true: Any, y_pred: Any, **params: Any) -> MetricValue:
         t, p = _as_pair(y_true, y_pred)
@@ -163,7 +167,14 @@ _register(Metric("spearman", lambda t, p: stats.spearmanr(t, p).statistic, _rows
 _register(Metric("kendall", lambda t, p: stats.kendalltau(t, p).statistic, _rows_kendall, True, True))
 _register(Metric("pearson", lambda t, p: stats.pearsonr(t, p).statistic, _rows_pearson, True, True))
 _register(
-    Metric("mae", skm.mean_absolute_error, lambda T, P: np.abs(P - T).mean(axis=1), False, unit="tokens")
+    Metric(
+        "mae",
+        skm.mean_absolute_error,
+        lambda T, P: np.abs(P - T).mean(axis=1),
+        False,
+        unit="tokens",
+        rewards="median",
+    )
 )
 _register(
     Metric(
@@ -172,6 +183,7 @@ _register(
         lambda T, P: np.sqrt(((P - T) ** 2).mean(axis=1)),
         False,
         unit="tokens",
+        rewards="mean",
     )
 )
 _register(

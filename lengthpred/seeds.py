@@ -20,6 +20,8 @@ import numpy as np
 SEED_COLUMN_PREFIX = "y_pred_seed"
 _SEED_COLUMN = re.compile(rf"^{SEED_COLUMN_PREFIX}(\d+)$")
 SEED_METRICS = ("spearman", "mae")  # the metrics T1 shows as mean ± sd over seeds
+# a head's median and mean predictions beside `y_pred` (lengthpred.heads.base.Points; NaN: no such point)
+POINT_COLUMNS = {"median": "y_pred_median", "mean": "y_pred_mean"}
 
 
 def seed_list(first: int, n_seeds: int) -> list[int]:
@@ -29,14 +31,18 @@ def seed_list(first: int, n_seeds: int) -> list[int]:
     return [int(first) + i for i in range(int(n_seeds))]
 
 
-def seed_column(i: int) -> str:
-    """The predictions-file column of the i-th seed (0 = the first, whose predictions are also `y_pred`)."""
-    return f"{SEED_COLUMN_PREFIX}{int(i)}"
+def seed_column(i: int, point: str | None = None) -> str:
+    """The predictions-file column of the i-th seed (0 = the first, whose predictions are also `y_pred`);
+    with `point` ("median" | "mean"), that seed's point prediction (`y_pred_median_seed0`, …)."""
+    if point is None:
+        return f"{SEED_COLUMN_PREFIX}{int(i)}"
+    return f"{POINT_COLUMNS[point]}_seed{int(i)}"
 
 
-def seed_columns(columns: Iterable[str]) -> list[str]:
-    """The seed columns among `columns`, in seed order."""
-    found = [(int(m.group(1)), c) for c in columns if (m := _SEED_COLUMN.match(str(c)))]
+def seed_columns(columns: Iterable[str], point: str | None = None) -> list[str]:
+    """The seed columns among `columns` (of `point`'s predictions with a point), in seed order."""
+    pattern = _SEED_COLUMN if point is None else re.compile(rf"^{POINT_COLUMNS[point]}_seed(\d+)$")
+    found = [(int(m.group(1)), c) for c in columns if (m := pattern.match(str(c)))]
     return [c for _, c in sorted(found)]
 
 

@@ -99,3 +99,32 @@ def test_listmle_prefers_the_true_order():
         listmle_loss(torch.tensor([0.3, 1.0]), torch.tensor([9.0, 1.0])),
         torch.nn.functional.softplus(torch.tensor(0.7)),
     )
+
+
+@pytest.mark.parametrize("name", PROXY_HEADS)
+def test_proxy_points_median_and_mean(name, tiny_encoder, tmp_path):
+    """reg: expm1(ẑ) and the smeared mean; cls: its bucket distribution's median and expectation; rank: the
+    quantile map as its median and no mean (a ranking score has no calibrated mean)."""
+    from lengthpred.distributions import Histogram
+    from lengthpred.heads.base import NoPointError
+
+    texts, y = texts_and_lengths(40)
+    head = make(name, tiny_encoder).fit(texts[:30], y[:30])
+    p = head.predict_points(texts[30:])
+    np.testing.assert_allclose(p.pred, head.predict(texts[30:]))
+    assert np.isfinite(p.median).all()
+    if name == "proxy_rank":
+        assert p.mean is None
+        with pytest.raises(NoPointError, match="no calibrated mean"):
+            head.predict_mean(texts[30:])
+        np.testing.assert_allclose(p.median, p.pred)
+        return
+    if name == "proxy_reg":
+        np.testing.assert_allclose(p.mean, p.pred)
+        np.testing.assert_allclose(p.mean + 1, head.smearing_ * (p.median + 1))
+    else:
+        probs = torch.softmax(torch.from_numpy(head._outputs(texts[30:])), dim=1).numpy()
+        np.testing.assert_allclose(p.median, Histogram(head.bucket_edges_, probs).quantile([0.5])[:, 0])
+        np.testing.assert_allclose(p.mean, probs @ head.bucket_means_)
+    loaded = load_head(head.save(tmp_path / name))
+    np.testing.assert_allclose(loaded.predict_points(texts[30:]).mean, p.mean, rtol=1e-6)

@@ -71,5 +71,9 @@ def test_proxy_reg_smears_its_back_transform():
     head = ProxyRegHead()
     head._calibrate(raw_train, y)
     assert head.smearing_ == pytest.approx(np.exp(np.log1p(y) - 5.0).mean())
-    head._raw_predict = lambda texts: np.full(len(texts), np.expm1(5.0))  # the encoder's output
+    head.target_mean_, head.target_std_ = 5.0, 1.0
+    head._outputs = lambda texts: np.zeros((len(texts), 1))  # the encoder's output: ẑ = 5
     np.testing.assert_allclose(head.predict(["a", "b"]), head.smearing_ * np.exp(5.0) - 1)
+    points = head.predict_points(["a", "b"])
+    np.testing.assert_allclose(points.median, np.expm1([5.0, 5.0]))
+    np.testing.assert_allclose(points.mean, head.predict(["a", "b"]))

@@ -45,7 +45,7 @@ def test_run_training_selects_on_val_and_reports():
     assert metrics["n_capped_train"] == 6 and metrics["n_capped_test"] == 10 and metrics["n_capped"] == 16
     assert (metrics["head"], metrics["layer"], metrics["pooling"]) == ("linear", 20, "last")
     assert metrics["n_parameters"] == 9
-    assert list(preds.columns) == PREDICTION_COLUMNS and len(preds) == 20
+    assert list(preds.columns) == [*PREDICTION_COLUMNS, "y_pred_median", "y_pred_mean"] and len(preds) == 20
     assert set(preds["domain"]) == {"math", "chat"} and (preds["n_samples"] == 4).all()
     np.testing.assert_array_equal(preds["y_pred"], head.predict(test.inputs.features))
 

@@ -190,6 +190,12 @@ class QuantileGrid(LengthDistribution):
         q = check_quantiles(q)
         return np.stack([np.interp(q, self.knot_levels, k) for k in self.knots])
 
+    def mean(self, cap: float | None = None) -> np.ndarray:
+        """E[L] = ∫_0^1 Q(u) du, exact for the piecewise-linear Q (trapezoids between the knots)."""
+        if cap is None:
+            return ((self.knots[:, 1:] + self.knots[:, :-1]) / 2 * np.diff(self.knot_levels)).sum(axis=1)
+        return super().mean(cap)
+
     def take(self, idx: Any) -> QuantileGrid:
         return QuantileGrid(self.levels, self.values[idx])
 

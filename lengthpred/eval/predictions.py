@@ -1,13 +1,20 @@
-"""Read and validate `predictions.parquet` files (docs/DESIGN.md "Predictions file")."""
+"""Read and validate `predictions.parquet` files (docs/DESIGN.md "Predictions file").
+
+Optional columns: `y_pred_median` and `y_pred_mean` (a head's median and mean prediction beside its configured
+`y_pred`; NaN where the head has no such point) and their per-seed twins; files written before them score
+every metric on `y_pred`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from lengthpred.errors import DataError
+from lengthpred.seeds import POINT_COLUMNS, seed_columns
 
 PREDICTION_COLUMNS = ("head", "split", "id", "domain", "y_true", "y_pred", "n_samples", "capped_frac")
 PREDICTIONS_NAME = "predictions.parquet"
@@ -39,6 +46,11 @@ def read_predictions(path: str | Path) -> pd.DataFrame:
         if bad.any():
             raise DataError(f"{path}: {int(bad.sum())} row(s) with a missing or non-finite {col}")
         df[col] = vals
+    for col in point_columns(df.columns):  # NaN allowed: the head has no such point
+        vals = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
+        if np.isinf(vals).any():
+            raise DataError(f"{path}: {int(np.isinf(vals).sum())} row(s) with an infinite {col}")
+        df[col] = vals
     dup = df.duplicated(["head", "split", "id"])
     if dup.any():
         first = df.loc[dup, ["head", "split", "id"]].iloc[0].tolist()
@@ -63,3 +75,19 @@ def append_predictions(path: Path, rows: pd.DataFrame, *, replace_prefix: str | 
     rows.to_parquet(tmp, index=False)
     tmp.replace(path)
     return rows
+
+
+def point_columns(columns: Sequence[str]) -> list[str]:
+    """The point-prediction columns among `columns`: `y_pred_median`, `y_pred_mean` and their seed twins."""
+    cols = [c for c in POINT_COLUMNS.values() if c in columns]
+    return cols + [c for kind in POINT_COLUMNS for c in seed_columns(columns, kind)]
+
+
+def scored_column(g: pd.DataFrame, point: str | None) -> str:
+    """The column a metric rewarding `point` (lengthpred.metrics.Metric.rewards) scores in one (head, split)
+    group: the head's median or mean where every row records it, `y_pred` otherwise (rank metrics, older
+    files, online heads, and a head without that point)."""
+    col = POINT_COLUMNS.get(point) if point is not None else None
+    if col is not None and col in g.columns and np.isfinite(g[col].to_numpy(dtype=np.float64)).all():
+        return col
+    return "y_pred"

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from lengthpred.errors import DataError
 from lengthpred.eval import plots
 from lengthpred.eval.inputs import read_costs, read_curves, read_latencies, read_sched
-from lengthpred.eval.predictions import find_predictions, read_predictions
+from lengthpred.eval.predictions import find_predictions, read_predictions, scored_column
 from lengthpred.eval.render import Table
 from lengthpred.eval.results import (
     CEILING_HEAD,
@@ -33,7 +33,7 @@ from lengthpred.eval.results import (
     shift_rows,
 )
 from lengthpred.eval.tables import ONLINE_HEADS, build_tables
-from lengthpred.metrics import is_undefined, paired_bootstrap
+from lengthpred.metrics import METRICS, is_undefined, paired_bootstrap
 from lengthpred.names import POOLED_DOMAIN, SplitName
 from lengthpred.online.plots import adaptation_figures
 from lengthpred.targets import reference_samples
@@ -61,10 +61,11 @@ def paired_rows(
             if len(ids) < 2:
                 continue
             for m in metrics:
+                point = METRICS.get(m).rewards  # each head's own median/mean where it records it
                 d = paired_bootstrap(
                     base.loc[ids, "y_true"],
-                    other.loc[ids, "y_pred"],
-                    base.loc[ids, "y_pred"],
+                    other.loc[ids, scored_column(other.loc[ids], point)],
+                    base.loc[ids, scored_column(base.loc[ids], point)],
                     m,
                     n_boot=n_boot,
                     seed=seed,

@@ -7,6 +7,11 @@ Special rows: head `noise_ceiling` (metrics `ceiling_*` per split: an *estimate*
 any predictor of the expected length could reach, with its own bootstrap CI) and head `_split` (metric
 `shift`: the split's distribution shift from splits.json, read by T3). Heads fitted over several seeds
 (lengthpred.seeds) also get `<metric>_seed_mean`, `<metric>_seed_sd` and `n_seeds` rows (no CI).
+
+Which prediction a metric scores: the point it rewards (`Metric.rewards`) where the predictions file records
+it (`mae` on `y_pred_median`, `rmse` on `y_pred_mean`; lengthpred.eval.predictions.scored_column), `y_pred`
+otherwise and for every rank metric; `mae_mean` is the MAE of `y_pred_mean`, a row only for heads that
+record a mean. All of a group's metrics use the same bootstrap resamples whichever column they read.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import DataError
+from lengthpred.eval.predictions import scored_column
 from lengthpred.integrity import temp_path
 from lengthpred.metrics import METRICS, UNDEFINED, MetricValue, evaluate, is_undefined, noise_ceiling
 from lengthpred.names import SplitName
-from lengthpred.seeds import SEED_METRICS, seed_columns, seed_metric_name, spread
+from lengthpred.seeds import POINT_COLUMNS, SEED_METRICS, seed_columns, seed_metric_name, spread
 
 RESULT_COLUMNS = (
     "experiment",
@@ -42,6 +48,7 @@ RESULT_COLUMNS = (
     "n",
     "config_hash",
 )
+MAE_MEAN = "mae_mean"  # MAE of the mean prediction (`mae` scores the median)
 CEILING_HEAD = "noise_ceiling"
 SPLIT_HEAD = "_split"
 # config groups that decide what the targets are; heads and features may differ within one table
@@ -164,10 +171,8 @@ def score_predictions(
     rows = []
     for (head, split), g in sorted(df.groupby(["head", "split"], sort=True), key=lambda kv: kv[0]):
         g = g.sort_values("id", kind="stable")
-        ests = evaluate(
-            g["y_true"], g["y_pred"], metrics, n_boot=n_boot, seed=seed, confidence=confidence, params=params
-        )
-        for name, e in ests.items():
+        kw = {"n_boot": n_boot, "seed": seed, "confidence": confidence, "params": params}
+        for name, e in _point_estimates(g, metrics, **kw):
             rows.append(result_row(prov, head, split, name, e.value, e.ci_low, e.ci_high, e.n))
         rows.append(
             result_row(prov, head, split, "capped_frac", float(g["capped_frac"].mean()), None, None, len(g))
@@ -185,6 +190,23 @@ def score_predictions(
     return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
 
 
+def _point_estimates(g: pd.DataFrame, metrics: Sequence[str] | None, **kw: Any) -> list[tuple[str, Any]]:
+    """(name, Estimate) of every metric on the column it scores (module docstring), in `metrics` order,
+    then `mae_mean` where `mae` is asked for and the group records a mean; one seed, so one set of resamples."""
+    names = list(metrics) if metrics is not None else METRICS.names()
+    by_column: dict[str, list[str]] = {}
+    for name in names:
+        by_column.setdefault(scored_column(g, METRICS.get(name).rewards), []).append(name)
+    ests = {}
+    for col, group in by_column.items():
+        ests |= evaluate(g["y_true"], g[col], group, **kw)
+    out = [(name, ests[name]) for name in names]
+    mean_col = POINT_COLUMNS["mean"]
+    if "mae" in names and scored_column(g, "mean") == mean_col:
+        out.append((MAE_MEAN, evaluate(g["y_true"], g[mean_col], ["mae"], **kw)["mae"]))
+    return out
+
+
 def seed_rows(
     g: pd.DataFrame, prov: Provenance, head: str, split: str, metrics: Sequence[str] = SEED_METRICS
 ) -> list[dict]:
@@ -195,7 +217,10 @@ def seed_rows(
         return []
     rows = []
     for name in metrics:
-        values = [METRICS.get(name)(g["y_true"], g[c]) for c in cols]
+        point = METRICS.get(name).rewards
+        # the seeds' own median/mean columns where every seed recorded that point, as `scored_column`
+        own = [c for c in seed_columns(g.columns, point) if g[c].notna().all()] if point else []
+        values = [METRICS.get(name)(g["y_true"], g[c]) for c in (own if len(own) == len(cols) else cols)]
         sp = spread([None if is_undefined(v) else float(v) for v in values])
         for stat, v in (("mean", sp.mean), ("sd", sp.sd)):
             value = UNDEFINED if math.isnan(v) else v

@@ -5,6 +5,8 @@ tokens, learned attributes ending in `_`, `n_parameters`, `save(dir)` / `HEADS`-
 (safetensors + json, never pickle); the torch MLP heads also have `partial_fit`. Heads that predict a distribution (`predicts_distribution`:
 egtp, estp, estp_learned, probe, quantile_linear, censored_lognormal) also have `predict_dist(X)` (a
 `lengthpred.distributions` object) and `predict_quantiles(X, q)`; every other head refuses both in one line.
+Every head gives `predict_points(X)` (`Points`: the configured `predict`, a median and a mean from one pass;
+None for a point it has no honest estimate of, e.g. proxy_rank's mean) and `predict_median` / `predict_mean`.
 
 Input convention. Each head class names the one field of a `HeadInput` it reads (`input_kind`), and
 its X is that field as plain data:
@@ -30,6 +32,8 @@ from lengthpred.heads.base import (
     HeadInputError,
     LabeledSet,
     NoDistributionError,
+    NoPointError,
+    Points,
     load_head,
 )
 from lengthpred.heads.baselines import ConstantHead, DomainMedianHead
@@ -54,6 +58,8 @@ __all__ = [
     "LabeledSet",
     "LinearHead",
     "NoDistributionError",
+    "NoPointError",
+    "Points",
     "ProbeHead",
     "PromptLenHead",
     "QuantileLinearHead",

@@ -79,6 +79,36 @@ class NoDistributionError(ModelError):
     """A point head asked for a distribution."""
 
 
+class NoPointError(ModelError):
+    """A head asked for a point it has no honest estimate of (a rank head's mean)."""
+
+
+POINT_KINDS = ("median", "mean")
+
+
+@dataclass(frozen=True)
+class Points:
+    """A head's predictions for one X, from one pass: `pred` is what `predict` returns (the head's configured
+    point), `median` and `mean` estimate the median and the mean of the prompt's length (MAE rewards the
+    median, squared error the mean); None where the head has no honest estimate of that point."""
+
+    pred: np.ndarray
+    median: np.ndarray | None
+    mean: np.ndarray | None
+
+    def __post_init__(self) -> None:
+        for kind in ("pred", *POINT_KINDS):
+            v = getattr(self, kind)
+            if v is not None:
+                object.__setattr__(self, kind, np.asarray(v, dtype=np.float64).reshape(-1))
+
+    def get(self, kind: str) -> np.ndarray | None:
+        """The `median` or `mean` array (None where the head has none); a ValueError names the valid kinds."""
+        if kind not in POINT_KINDS:
+            raise ValueError(f"point kind must be one of {POINT_KINDS}, not {kind!r}")
+        return getattr(self, kind)
+
+
 class BaseHead(RegressorMixin, BaseEstimator):
     """sklearn estimator protocol + safetensors/json persistence.
 
@@ -100,6 +130,28 @@ class BaseHead(RegressorMixin, BaseEstimator):
         """[n, len(q)] lengths at levels q (strictly increasing, inside (0, 1)), never crossing."""
         levels = check_quantiles(q)
         return self.predict_dist(X).quantile(levels)
+
+    # -- points: `predict` keeps the configured one; these name which one ---------------------------
+    def predict_points(self, X: Any) -> Points:
+        """`predict(X)`, the median and the mean prediction from one pass over X (every head overrides)."""
+        raise NotImplementedError(f"head {self.name!r} does not implement predict_points")
+
+    def predict_point(self, X: Any, kind: str) -> np.ndarray:
+        """The `kind` ("median" | "mean") prediction; NoPointError where the head has no honest one."""
+        if kind not in POINT_KINDS:
+            raise ValueError(f"point kind must be one of {POINT_KINDS}, not {kind!r}")
+        value = self.predict_points(X).get(kind)
+        if value is None:
+            raise NoPointError(f"head {self.name!r} has no calibrated {kind} prediction")
+        return value
+
+    def predict_median(self, X: Any) -> np.ndarray:
+        """Estimated median length per row: the point MAE rewards."""
+        return self.predict_point(X, "median")
+
+    def predict_mean(self, X: Any) -> np.ndarray:
+        """Estimated mean length per row: the point squared error rewards."""
+        return self.predict_point(X, "mean")
 
     # -- persistence -------------------------------------------------------------------------------
     def _state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

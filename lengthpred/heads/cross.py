@@ -171,7 +171,7 @@ def _fit_cross(
         out.n_fits += 1
         out.fit_seconds += m["fit_seconds"]
         for p, test in tests:
-            y_pred = head.predict(test.inputs.x_for(klass.input_kind))
+            y_pred = head.predict_points(test.inputs.x_for(klass.input_kind))
             frames.append(predictions_frame(head_name, split_name(p), test, y_pred))
             out.scores[p["name"]] = {
                 **score(test.y, y_pred),

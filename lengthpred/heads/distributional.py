@@ -40,7 +40,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lengthpred.distributions import LogNormal, QuantileGrid, check_quantiles
-from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, check_targets
+from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
 from lengthpred.heads.linear import DEFAULT_ALPHAS
 
 DEFAULT_LEVELS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
@@ -155,6 +155,12 @@ class QuantileLinearHead(_LogReadout):
         """The median (level 0.5, interpolated when not among `quantiles`)."""
         return self.predict_dist(X).quantile([0.5])[:, 0]
 
+    def predict_points(self, X: Any) -> Points:
+        """Median as `predict`; mean of the piecewise-linear quantile function (its tails as `QuantileGrid`)."""
+        dist = self.predict_dist(X)
+        median = dist.quantile([0.5])[:, 0]
+        return Points(median, median, dist.mean())
+
     def _state(self):
         arrays = self._scaler_state() | {"coef": self.coef_, "intercept": self.intercept_, "levels": self.levels_}
         return arrays, {"n_features_in": self.n_features_in_, "alpha_": self.alpha_}
@@ -263,6 +269,18 @@ class CensoredLogNormalHead(_LogReadout):
         if self.point == "capped_mean" and np.isfinite(self.cap_):
             return dist.mean(cap=self.cap_)
         return dist.mean()
+
+    def predict_points(self, X: Any) -> Points:
+        """Median and mean of min(L, cap), what a capped target measures (of L where the data had no cap)."""
+        dist = self.predict_dist(X)
+        capped = np.isfinite(self.cap_)
+        median = np.minimum(np.expm1(dist.mu), self.cap_) if capped else np.expm1(dist.mu)
+        mean = dist.mean(cap=self.cap_) if capped else dist.mean()
+        if self.point == "median":
+            pred = np.expm1(dist.mu)
+        else:
+            pred = mean if self.point == "capped_mean" else dist.mean()
+        return Points(pred, median, mean)
 
     def _state(self):
         arrays = self._scaler_state() | {"coef": self.coef_, "intercept": np.array([self.intercept_]),

@@ -7,12 +7,14 @@ sklearn objects.
 Back-transform (target="log1p"): `back_transform="mean"` (default) predicts the expected length with
 Duan's smearing estimator, ŷ = S · exp(ẑ) − 1, S = mean of exp(leave-one-out residual) on the training
 rows (lengthpred.heads.smearing); "median" predicts expm1(ẑ), the length at the centre of the log-scale
-errors (lower MAE on skewed lengths, but biased low as an expected length). The RLS head
+errors (lower MAE on skewed lengths, but biased low as an expected length). Whichever is configured,
+`predict_points` gives both (`mean_smearing_` is Duan's S for either setting). The RLS head
 (lengthpred.online.rls) continues the readout with the plain expm1.
 """
 
 from __future__ import annotations
 
+import math
 from numbers import Real
 from typing import Any
 
@@ -24,7 +26,7 @@ from sklearn.preprocessing import FunctionTransformer, StandardScaler
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, check_targets
+from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
 from lengthpred.heads.smearing import ridge_loo_residuals, smeared_expm1, smearing_factor
 
 DEFAULT_ALPHAS = (0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5)
@@ -94,24 +96,33 @@ class LinearHead(BaseHead):
         self.alpha_ = float(self.alpha if self.alpha is not None else fitted.alpha_)
         self.coef_ = np.asarray(fitted.coef_, dtype=np.float64)
         self.intercept_ = float(fitted.intercept_)
-        self.smearing_ = self._smearing(X, y)
+        self.mean_smearing_ = self._smearing(X, y)
+        # what `predict` applies; predict_points' mean always uses mean_smearing_
+        self.smearing_ = self.mean_smearing_ if self.back_transform == "mean" else 1.0
         return self
 
     def _smearing(self, X: np.ndarray, y: np.ndarray) -> float:
-        """Duan's S on the ridge's exact leave-one-out log residuals (1.0 for "median" or a raw target)."""
-        if self.target != "log1p" or self.back_transform == "median":
+        """Duan's S on the ridge's exact leave-one-out log residuals (1.0 for a raw target)."""
+        if self.target != "log1p":
             return 1.0
         Z = self.model_.regressor_[:-1].transform(X)  # what the ridge saw: [log1p →] scaler
         resid = np.log1p(y) - (Z @ self.coef_ + self.intercept_)
         return smearing_factor(ridge_loo_residuals(Z, resid, self.alpha_))
 
     def predict(self, X: Any) -> np.ndarray:
+        return self.predict_points(X).pred
+
+    def predict_points(self, X: Any) -> Points:
+        """log1p target: median expm1(ẑ), mean S · exp(ẑ) − 1 (None for a head saved without its S).
+        Raw target: the ridge estimates the mean; it has no median."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         if self.target != "log1p":
-            return np.asarray(self.model_.predict(X), dtype=np.float64)
+            raw = np.asarray(self.model_.predict(X), dtype=np.float64)
+            return Points(raw, None, raw)
         z = self.model_.regressor_.predict(X)  # log1p scale
-        return smeared_expm1(z, self.smearing_)
+        mean = smeared_expm1(z, self.mean_smearing_) if math.isfinite(self.mean_smearing_) else None
+        return Points(smeared_expm1(z, self.smearing_), np.expm1(z), mean)
 
     # The readout in the standardised space is what RLS (online adaptation) continues from.
     @property
@@ -127,7 +138,9 @@ class LinearHead(BaseHead):
             "ridge.coef": self.coef_,
             "ridge.intercept": np.array([self.intercept_]),
         }
-        return arrays, {"alpha_": self.alpha_, "n_features_in": self.n_features_in_, "smearing": self.smearing_}
+        meta = {"alpha_": self.alpha_, "n_features_in": self.n_features_in_, "smearing": self.smearing_}
+        meta["mean_smearing"] = self.mean_smearing_ if math.isfinite(self.mean_smearing_) else None
+        return arrays, meta
 
     def _set_state(self, arrays, meta, path):
         d = int(meta["n_features_in"])
@@ -150,7 +163,19 @@ class LinearHead(BaseHead):
         self.model_ = model
         self.alpha_, self.coef_, self.intercept_ = float(meta["alpha_"]), ridge.coef_, ridge.intercept_
         self.smearing_ = float(meta.get("smearing", 1.0))  # heads saved before smearing predicted expm1
+        self.mean_smearing_ = self._saved_mean_smearing(meta)
         self.n_features_in_ = d
+
+    def _saved_mean_smearing(self, meta: dict[str, Any]) -> float:
+        """S of a saved head; NaN (no mean) where it was not kept: saved before smearing, or with
+        back_transform="median" before `mean_smearing` was saved (those stored the S they applied, 1)."""
+        if meta.get("mean_smearing") is not None:
+            return float(meta["mean_smearing"])
+        if self.target != "log1p":
+            return 1.0
+        if "smearing" in meta and self.back_transform == "mean" and "mean_smearing" not in meta:
+            return float(meta["smearing"])
+        return math.nan
 
     @property
     def n_parameters(self) -> int:

@@ -9,6 +9,11 @@ fine-tuned encoder is out of reach, so S is, if anything, too small. `proxy_cls`
 tokens by a monotone map fitted on the training set (score quantile → length quantile), so the ranking
 is the model's and the scale is the training set's.
 
+Points (`predict_points`): proxy_reg's median is expm1(ẑ), its mean the smeared prediction; proxy_cls's are
+the median and mean of its bucket distribution (uniform inside a bucket for the median, each bucket's mean
+training length for the mean); proxy_rank has no calibrated mean (a ranking score carries no spread), and
+its median is the quantile map above, which is the conditional median only as far as the ranking is right.
+
 Encoder: plain `AutoModel` + `AutoTokenizer`, mean pooling over real tokens, then a linear layer.
 X is a list of prompt strings.
 """
@@ -27,7 +32,8 @@ from sklearn.utils.validation import check_is_fitted
 from torch import nn
 from tqdm.auto import tqdm
 
-from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, check_targets
+from lengthpred.distributions import Histogram
+from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
 from lengthpred.heads.binned import torch_threads
 from lengthpred.heads.smearing import smeared_expm1, smearing_factor
 from lengthpred.models.specs import embedded_proxy_dir
@@ -187,6 +193,9 @@ class ProxyHead(BaseHead):
                 for j in range(self.n_buckets)
             ]
         )
+        self.bucket_means_ = np.array(
+            [y[idx == j].mean() if np.any(idx == j) else (qs[j] + qs[j + 1]) / 2 for j in range(self.n_buckets)]
+        )
 
     def _bucket(self, y: np.ndarray) -> np.ndarray:
         return np.clip(np.searchsorted(self.bucket_edges_[1:-1], y, side="right"), 0, self.n_buckets - 1)
@@ -199,18 +208,25 @@ class ProxyHead(BaseHead):
             return nn.functional.cross_entropy(out, torch.from_numpy(self._bucket(y)))
         return listmle_loss(out[:, 0], torch.from_numpy(y))
 
-    def _raw_predict(self, texts: list[str]) -> np.ndarray:
-        """Per prompt: tokens (reg, cls) or a ranking score (rank)."""
+    def _outputs(self, texts: list[str]) -> np.ndarray:
+        """[n, n_out] network outputs: standardised log length (reg), bucket logits (cls), a score (rank)."""
         outs = []
         with torch.no_grad():
             for i in range(0, len(texts), self.batch_size):
                 outs.append(self._forward(texts[i : i + self.batch_size]).double())
         out = torch.cat(outs) if outs else torch.zeros((0, self._n_out()), dtype=torch.float64)
+        return out.numpy()
+
+    def _raw_from(self, out: np.ndarray) -> np.ndarray:
+        """Per prompt: tokens (reg: expm1(ẑ), cls: Σ p̂_j · bucket median) or a ranking score (rank)."""
         if self.objective == "reg":
-            return np.expm1(out[:, 0].numpy() * self.target_std_ + self.target_mean_)
+            return np.expm1(out[:, 0] * self.target_std_ + self.target_mean_)
         if self.objective == "cls":
-            return torch.softmax(out, dim=1).numpy() @ self.bucket_values_
-        return out[:, 0].numpy()
+            return _softmax(out) @ self.bucket_values_
+        return out[:, 0]
+
+    def _raw_predict(self, texts: list[str]) -> np.ndarray:
+        return self._raw_from(self._outputs(texts))
 
     def _calibrate(self, raw: np.ndarray, y: np.ndarray) -> None:
         """Monotone score → tokens map (used by `rank`; identity data kept for the others); `reg`'s
@@ -230,6 +246,24 @@ class ProxyHead(BaseHead):
             return smeared_expm1(np.log1p(raw), self.smearing_)
         return raw
 
+    def predict_points(self, X: Any) -> Points:
+        """The configured prediction, median and mean from one encoder pass (module docstring)."""
+        check_is_fitted(self)
+        texts = _texts(X)
+        with torch_threads(self.n_threads):
+            out = self._outputs(texts)
+        raw = self._raw_from(out)
+        if self.objective == "rank":
+            mapped = np.interp(raw, self.calib_scores_, self.calib_tokens_)
+            return Points(mapped, mapped, None)
+        if self.objective == "reg":
+            mean = smeared_expm1(np.log1p(raw), self.smearing_)
+            return Points(mean, raw, mean)
+        p = _softmax(out)
+        median = Histogram(self.bucket_edges_, p).quantile([0.5])[:, 0] if len(p) else np.zeros(0)
+        mean = p @ self.bucket_means_ if self.bucket_means_ is not None else None
+        return Points(raw, median, mean)
+
     # -- persistence ---------------------------------------------------------------------------------
     def _state(self):
         arrays = {f"encoder.{k}": v.detach().numpy() for k, v in self.encoder_.state_dict().items()}
@@ -237,6 +271,7 @@ class ProxyHead(BaseHead):
         arrays |= {
             "bucket_edges": self.bucket_edges_,
             "bucket_values": self.bucket_values_,
+            "bucket_means": self.bucket_means_,
             "calib_scores": self.calib_scores_,
             "calib_tokens": self.calib_tokens_,
             "target_stats": np.array([self.target_mean_, self.target_std_]),
@@ -260,6 +295,7 @@ class ProxyHead(BaseHead):
         self.out_.load_state_dict(out)
         self.encoder_.eval()
         self.bucket_edges_, self.bucket_values_ = arrays["bucket_edges"], arrays["bucket_values"]
+        self.bucket_means_ = arrays.get("bucket_means")  # None in saves before it: proxy_cls then has no mean
         self.calib_scores_, self.calib_tokens_ = arrays["calib_scores"], arrays["calib_tokens"]
         self.target_mean_, self.target_std_ = (float(v) for v in arrays["target_stats"])
         self.smearing_ = float(arrays["smearing"][0]) if "smearing" in arrays else 1.0  # older saves: expm1
@@ -278,6 +314,10 @@ class ProxyHead(BaseHead):
         tags.input_tags.two_d_array = False
         tags.input_tags.string = True
         return tags
+
+
+def _softmax(out: np.ndarray) -> np.ndarray:
+    return torch.softmax(torch.from_numpy(out), dim=1).numpy()
 
 
 @HEADS.register("proxy_reg")

@@ -10,6 +10,10 @@ Seeds: with `n_seeds > 1` the whole fit-and-select procedure runs once per seed 
 with a bootstrap CI; every seed's test predictions go into the predictions frame (`y_pred_seed<i>`) and
 its test scores into `metrics["seeds"]`, summarised as `<metric>_seed_mean` / `<metric>_seed_sd`.
 
+Points: test predictions come from `predict_points`, so predictions.parquet carries each head's median
+(`y_pred_median`) and mean (`y_pred_mean`) beside `y_pred`, and the scores put MAE on the median (`mae`)
+and on the mean (`mae_mean`); rank metrics read `y_pred`.
+
 Censoring (one rule for every head): a capped generation counts as the cap, a lower bound; prompts
 with any capped sample are counted in `n_capped_*` of the metrics.
 """
@@ -26,9 +30,17 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.heads.base import HEADS, BaseHead, LabeledSet
+from lengthpred.heads.base import HEADS, POINT_KINDS, BaseHead, LabeledSet, Points
 from lengthpred.metrics import METRICS, is_undefined
-from lengthpred.seeds import SEED_METRICS, seed_column, seed_columns, seed_list, seed_metric_name, spread
+from lengthpred.seeds import (
+    POINT_COLUMNS,
+    SEED_METRICS,
+    seed_column,
+    seed_columns,
+    seed_list,
+    seed_metric_name,
+    spread,
+)
 
 PREDICTION_COLUMNS = ["head", "split", "id", "domain", "y_true", "y_pred", "n_samples", "capped_frac"]
 
@@ -80,13 +92,34 @@ def validate_set(split: str, data: LabeledSet, head_cls: type[BaseHead], *, need
         raise DataError(f"{split}: fewer than 2 distinct lengths, so rank metrics are undefined")
 
 
-def score(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float | None]:
-    """spearman, kendall, mae (None where undefined, e.g. a constant prediction's correlations)."""
+def score(y_true: np.ndarray, y_pred: np.ndarray | Points) -> dict[str, float | None]:
+    """spearman, kendall, mae (None where undefined, e.g. a constant prediction's correlations). Given a head's
+    `Points`, the correlations read `pred`, `mae` the median (`pred` where the head has none) and `mae_mean`
+    the mean (None where it has none)."""
+    points = y_pred if isinstance(y_pred, Points) else None
+    pred = points.pred if points is not None else y_pred
     out: dict[str, float | None] = {}
     for name in ("spearman", "kendall", "mae"):
-        v = METRICS.get(name)(y_true, y_pred)
+        metric = METRICS.get(name)
+        chosen = points.get(metric.rewards) if points is not None and metric.rewards else None
+        v = metric(y_true, pred if chosen is None else chosen)
         out[name] = None if is_undefined(v) else float(v)
+    if points is not None:
+        v = METRICS.get("mae")(y_true, points.mean) if points.mean is not None else None
+        out["mae_mean"] = None if v is None or is_undefined(v) else float(v)
     return out
+
+
+def frame_points(g: pd.DataFrame, seed: int | None = None) -> np.ndarray | Points:
+    """A predictions frame's (or one seed's) predictions as `Points` where the frame records them (a point
+    NaN anywhere in `g` counts as absent), else the plain `y_pred` array (files written before points)."""
+    pred_col = "y_pred" if seed is None else seed_column(seed)
+    cols = {k: POINT_COLUMNS[k] if seed is None else seed_column(seed, k) for k in POINT_KINDS}
+    pred = g[pred_col].to_numpy(dtype=np.float64)
+    if not any(c in g.columns for c in cols.values()):
+        return pred
+    values = {k: g[c].to_numpy(dtype=np.float64) if c in g.columns else None for k, c in cols.items()}
+    return Points(pred, *(v if v is not None and np.isfinite(v).all() else None for v in values.values()))
 
 
 def _candidates(select: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -101,12 +134,17 @@ def predictions_frame(
     head: str,
     split: str | Sequence[str],
     data: LabeledSet,
-    y_pred: np.ndarray,
-    seed_preds: Sequence[np.ndarray] = (),
+    y_pred: np.ndarray | Points,
+    seed_preds: Sequence[np.ndarray | Points] = (),
 ) -> pd.DataFrame:
     """Rows of predictions.parquet (docs/DESIGN.md "Predictions file"); `split`: one name or one per row;
-    `seed_preds`: every seed's predictions (first seed first), written as `y_pred_seed<i>` columns."""
+    `y_pred`: the head's `Points` (then `y_pred_median` and `y_pred_mean` columns too, NaN for a point the
+    head has none of) or a plain array; `seed_preds`: every seed's predictions (first seed first), written
+    as `y_pred_seed<i>` columns (and `y_pred_median_seed<i>`, `y_pred_mean_seed<i>` for `Points`)."""
     n = len(data)
+    points = y_pred if isinstance(y_pred, Points) else None
+    if points is not None:
+        y_pred = points.pred
     domains = data.inputs.domains if data.inputs.domains is not None else [""] * n
     frame = pd.DataFrame(
         {
@@ -125,9 +163,22 @@ def predictions_frame(
         },
         columns=PREDICTION_COLUMNS,
     )
+    if points is not None:
+        for kind in POINT_KINDS:
+            frame[POINT_COLUMNS[kind]] = _point_values(points, kind, n)
     for i, pred in enumerate(seed_preds):
-        frame[seed_column(i)] = np.asarray(pred, dtype=np.float64)
+        if isinstance(pred, Points):
+            frame[seed_column(i)] = pred.pred
+            for kind in POINT_KINDS:
+                frame[seed_column(i, kind)] = _point_values(pred, kind, n)
+        else:
+            frame[seed_column(i)] = np.asarray(pred, dtype=np.float64)
     return frame
+
+
+def _point_values(points: Points, kind: str, n: int) -> np.ndarray:
+    value = points.get(kind)
+    return np.full(n, np.nan) if value is None else value
 
 
 def _n_capped(data: LabeledSet | None) -> int:
@@ -211,11 +262,11 @@ def run_training(
             raise DataError(f"feature widths differ between splits: {d}")
 
     x_test = test.inputs.x_for(klass.input_kind)
-    fits: list[tuple[float, BaseHead, dict[str, Any], np.ndarray, float]] = []
+    fits: list[tuple[float, BaseHead, dict[str, Any], Points, float]] = []
     for p in seed_params:
         t0 = time.perf_counter()
         val_rho, head, chosen = _fit_selected(head_name, p, candidates, train, val, use_val)
-        fits.append((val_rho, head, chosen, head.predict(x_test), time.perf_counter() - t0))
+        fits.append((val_rho, head, chosen, head.predict_points(x_test), time.perf_counter() - t0))
     val_rho, head, chosen, y_pred, fit_seconds = fits[0]
     metrics: dict[str, Any] = {
         **score(test.y, y_pred),
@@ -272,8 +323,8 @@ def per_domain_scores(preds: pd.DataFrame) -> dict[str, dict[str, Any]]:
     for dom, g in preds.groupby("domain"):
         m: dict[str, Any] = {}
         if g["y_true"].nunique() > 1:
-            m = score(g["y_true"].to_numpy(), g["y_pred"].to_numpy())
-            per_seed = [score(g["y_true"].to_numpy(), g[c].to_numpy()) for c in cols]
+            m = score(g["y_true"].to_numpy(), frame_points(g))
+            per_seed = [score(g["y_true"].to_numpy(), frame_points(g, i)) for i in range(len(cols))]
             for metric in SEED_METRICS if len(cols) > 1 else ():
                 sp = spread([s[metric] for s in per_seed])
                 m[seed_metric_name(metric, "mean")] = sp.mean

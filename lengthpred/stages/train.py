@@ -121,7 +121,7 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
     for split_name, sub_ids in forelen_ids(splits, seen).items():
         sub = data.labeled(sub_ids, split_name)
         if len(sub):
-            y_pred = head.predict(sub.inputs.x_for(klass.input_kind))
+            y_pred = head.predict_points(sub.inputs.x_for(klass.input_kind))
             frames.append(predictions_frame(name, split_name, sub, y_pred))
             metrics.setdefault("forelen", {})[split_name] = {**score(sub.y, y_pred), "n": len(sub)}
     cross_pairs = select_cross(splits.get("cross") or [], mode)
