@@ -109,6 +109,20 @@ def test_stack_stage_writes_the_stack_of_two_runs(tmp_path):
     m_again = stack_from_config(cfg, cfg.paths.output_dir)  # its own output is not read as an input
     assert m_again["weight"] == 1.0
 
+    # a third head that ranks val perfectly and test not at all: among candidate partners, val picks it
+    (tmp_path / "exp" / "proxy_cls").mkdir()
+    frame = pd.concat(
+        [_rows("proxy_cls", yv, yv, "val"), _rows("proxy_cls", yt, _lengths(rng.normal(size=40)), "test")]
+    )
+    frame.to_parquet(tmp_path / "exp" / "proxy_cls" / "predictions.parquet")
+    pick = compose_cfg(
+        [f"stack.input_dir={tmp_path / 'exp'}", "stack.heads=[linear,[proxy_reg,proxy_cls]]"], tmp_path / "s3"
+    )
+    m = stack_from_config(pick, pick.paths.output_dir)
+    assert m["head"] == "stack_linear" and m["heads"] == ["linear", "proxy_cls"] and m["n_parameters"] is None
+    scores = m["partners_val_spearman"]
+    assert scores["proxy_cls"] == pytest.approx(1.0) and scores["proxy_reg"] < 0.99
+
     bad = compose_cfg([f"stack.input_dir={tmp_path / 'exp'}", "stack.heads=[linear,egtp]"], tmp_path / "s2")
     with pytest.raises(DataError, match="no predictions of head 'egtp' with val rows"):
         stack_from_config(bad, bad.paths.output_dir)

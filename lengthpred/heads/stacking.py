@@ -57,7 +57,7 @@ def fit_stack(y_val: np.ndarray, a_val: np.ndarray, b_val: np.ndarray, n_weights
     grid = []
     for w in np.linspace(0.0, 1.0, n_weights):
         rho = spearman(y, w * za + (1 - w) * zb)
-        grid.append((float(w), -math.inf if is_undefined(rho) else float(rho)))
+        grid.append((round(float(w), 6), -math.inf if is_undefined(rho) else float(rho)))
     w, rho = max(grid, key=lambda wr: wr[1])  # max keeps the first of equals
     coef = (w / sa) / (w / sa + (1 - w) / sb)
     return Stack(weight=w, coef_a=float(coef), val_spearman=rho, grid=tuple(grid))

@@ -93,37 +93,51 @@ def _n_parameters(pred_file: Path) -> int | None:
 
 
 def stack_from_config(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
-    """Stack `cfg.stack.heads` (module docstring) into `out_dir`; returns the metrics written."""
+    """Stack `cfg.stack.heads` (module docstring) into `out_dir`; returns the metrics written. The second
+    entry may be a list of candidate partners: each is stacked with the first head and the stack with the
+    best val Spearman is kept (every candidate's val score goes into metrics.json)."""
     s = cfg.stack
-    heads = [str(h) for h in s.heads]
+    heads = list(s.heads)
     if len(heads) != 2:
-        raise DataError(f"stack.heads={heads}: give two heads")
+        raise DataError(f"stack.heads={heads}: give two heads, [base, partner or [candidate partners]]")
+    base = str(heads[0])
+    partners = [str(h) for h in heads[1]] if not isinstance(heads[1], str) else [str(heads[1])]
+    if not partners:
+        raise DataError("stack.heads: the partner list is empty")
     out_dir = Path(out_dir)
     root = resolve(s.input_dir)
-    (fa, a), (fb, b) = (head_rows(root, h, skip=out_dir.resolve()) for h in heads)
-    pa, pb = provenance_for(fa, root, cfg), provenance_for(fb, root, cfg)
-    if (pa.model, pa.config_hash) != (pb.model, pb.config_hash):
-        raise DataError(
-            f"{fa} and {fb} come from different models or configs ({pa.config_hash} vs {pb.config_hash})"
-        )
-    label = str(s.label or f"stack_{heads[0]}_{heads[1]}")
-    preds, info = stack_frames(a, b, label, int(s.n_weights))
+    fa, a = head_rows(root, base, skip=out_dir.resolve())
+    pa = provenance_for(fa, root, cfg)
+    label = str(s.label or (f"stack_{base}_{partners[0]}" if len(partners) == 1 else f"stack_{base}"))
+    fits = []
+    for partner in partners:
+        fb, b = head_rows(root, partner, skip=out_dir.resolve())
+        pb = provenance_for(fb, root, cfg)
+        if (pa.model, pa.config_hash) != (pb.model, pb.config_hash):
+            raise DataError(
+                f"{fa} and {fb} come from different models or configs ({pa.config_hash} vs {pb.config_hash})"
+            )
+        fits.append((partner, fb, *stack_frames(a, b, label, int(s.n_weights))))
+    partner, fb, preds, info = max(fits, key=lambda f: f[3]["val_spearman"])  # the first of equals
     counts = [_n_parameters(fa), _n_parameters(fb)]
     metrics = {
         "head": label,
-        "heads": heads,
+        "heads": [base, partner],
         "sources": [str(fa), str(fb)],
         **info,
+        "partners_val_spearman": {f[0]: f[3]["val_spearman"] for f in fits},
         "n_parameters": sum(counts) + 1 if None not in counts else None,  # both heads and the weight
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     preds.to_parquet(out_dir / PREDICTIONS_NAME, index=False)
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     log.info(
-        "%s: weight %.2f on %s (val spearman %.3f), test spearman %s",
+        "%s: %s + %s, weight %.2f on %s (val spearman %.3f), test spearman %s",
         label,
+        base,
+        partner,
         info["weight"],
-        heads[0],
+        base,
         info["val_spearman"],
         info.get("spearman"),
     )
