@@ -104,3 +104,17 @@ def test_the_layer_set_is_chosen_on_validation():
     head, metrics, _ = run_training("concat", cfg, make(120, "tr"), make(60, "va"), make(60, "te"))
     assert metrics["selected"] == {"use": [20]} and head.columns_.tolist() == [4, 5, 6, 7]
     assert metrics["spearman"] > 0.9
+
+
+def test_a_layers_config_names_every_column_in_the_order_x_holds_them():
+    from lengthpred.stages.heads import feature_names, feature_needs
+
+    hcfg = {
+        "params": {"_target_": "lengthpred.heads.ConcatLinearHead"},
+        "layers": [4, 2],
+        "pooling": ["last", "mean"],
+    }
+    assert feature_names(hcfg) == ["hs.L4.last", "hs.L4.mean", "hs.L2.last", "hs.L2.mean"]
+    assert feature_needs(hcfg) == [(4, "last"), (4, "mean"), (2, "last"), (2, "mean")]
+    one = {"params": {"_target_": "lengthpred.heads.LinearHead"}, "layer": 20, "pooling": "last"}
+    assert feature_names(one) == ["hs.L20.last"] and feature_needs(one) == [(20, "last")]
