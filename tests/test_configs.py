@@ -18,7 +18,7 @@ CONF = REPO_ROOT / "conf"
 SKIP_GROUPS = {"hydra"}  # Hydra's own group: composed with every run, not an option of ours
 # keys a head config may hold besides `params` (the constructor's keywords), by what the head reads
 HEAD_KEYS = {"params", "select", "n_seeds"}
-FEATURE_KEYS = {"layer", "pooling"}
+FEATURE_KEYS = {"layer", "layers", "pooling"}  # layers: the concat head's columns
 
 
 def options() -> list[tuple[str, str]]:

@@ -7,6 +7,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from lengthpred.heads import (
     CensoredLogNormalHead,
+    ConcatLinearHead,
     ConstantHead,
     DomainMedianHead,
     EGTPHead,
@@ -37,6 +38,8 @@ ESTIMATORS = [
     ConstantHead(),
     LinearHead(target="raw"),
     LinearHead(alpha=1.0),
+    ConcatLinearHead(target="raw"),
+    ConcatLinearHead(alpha=1.0),
     PromptLenHead(target="raw"),
     PromptLenHead(),
     DomainMedianHead(),
@@ -50,7 +53,7 @@ ESTIMATORS = [
 def _expected_failed(est) -> dict[str, str]:
     if isinstance(est, (QuantileLinearHead, CensoredLogNormalHead)):
         return dict.fromkeys(_LOG1P_CHECKS, "log-length readouts reject the negative y of sklearn's synthetic data")
-    if isinstance(est, LinearHead) and est.target == "log1p":
+    if isinstance(est, (LinearHead, ConcatLinearHead)) and est.target == "log1p":
         return dict.fromkeys(_LOG1P_CHECKS, _LOG1P_NEEDS_LENGTHS)
     if isinstance(est, DomainMedianHead):
         return {"check_estimators_nan_inf": "inputs are group labels; NaN is a label like any other"}

@@ -50,6 +50,15 @@ def test_run_training_selects_on_val_and_reports():
     np.testing.assert_array_equal(preds["y_pred"], head.predict(test.inputs.features))
 
 
+def test_val_rows_are_the_kept_heads_predictions_on_val():
+    train, val, test = make_set(60, 0), make_set(20, 1), make_set(20, 2)
+    head, _, preds = run_training("linear", LINEAR, train, val, test, split="t", val_split="v")
+    assert preds["split"].value_counts().to_dict() == {"t": 20, "v": 20}
+    rows = preds[preds["split"] == "v"]
+    assert rows["id"].tolist() == val.inputs.ids and np.array_equal(rows["y_true"], val.y)
+    np.testing.assert_array_equal(rows["y_pred"], head.predict(val.inputs.features))
+
+
 def test_constant_baseline_has_undefined_rank_metrics():
     _, metrics, _ = run_training("constant", {"name": "constant"}, make_set(20, 0), None, make_set(10, 1))
     assert metrics["spearman"] is None and metrics["kendall"] is None and metrics["mae"] > 0
@@ -161,7 +170,14 @@ def trace_run(tmp_path_factory):
     return cfg_for
 
 
-@pytest.mark.parametrize("head, extra", [("linear", ["head.layer=2"]), ("domain_median", [])])
+@pytest.mark.parametrize(
+    "head, extra",
+    [
+        ("linear", ["head.layer=2"]),
+        ("domain_median", []),
+        ("concat", ["head.layers=[1,2,4]", "head.select.use=[[2],[1,2,4]]", "head.select.alpha=[1.0]"]),
+    ],
+)
 def test_train_stage_writes_metrics_head_and_predictions(trace_run, head, extra):
     from lengthpred.heads import load_head
     from lengthpred.stages.train import train_from_config
@@ -185,7 +201,12 @@ def test_train_stage_writes_metrics_head_and_predictions(trace_run, head, extra)
         assert key in saved
     assert saved["n_train"] + saved["n_val"] + saved["n_test"] == 16 and saved["head"] == head
     preds = pd.read_parquet(f"{out}/predictions.parquet")
-    assert len(preds) == m["n_test"] and preds["split"].str.startswith("indomain/").all()
+    assert len(preds) == m["n_test"] + m["n_val"] and preds["split"].str.startswith("indomain/").all()
+    assert preds["split"].str.endswith("/val").sum() == m["n_val"] > 0  # val rows, for choices made on val
+    assert sum(v["n"] for v in m["per_domain"].values()) == m["n_test"]  # scored on test rows only
+    if head == "concat":  # three layers' last token side by side, the tiny model's d = 64 each
+        assert saved["feature"] == ["hs.L1.last", "hs.L2.last", "hs.L4.last"]
+        assert load_head(f"{out}/head").n_features_in_ == 3 * 64
     assert load_head(f"{out}/head").n_parameters == m["n_parameters"]
     train_from_config(cfg, out)  # a rerun replaces its rows instead of duplicating them
     assert len(pd.read_parquet(f"{out}/predictions.parquet")) == len(preds)

@@ -74,3 +74,14 @@ def test_scatter_legend_is_one_figure_legend(captured):
     plots.scatter_pred_true(preds, "x.png")
     (fig,) = captured
     assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+
+
+def test_scatter_shows_test_rows_only(captured):
+    """The train stage also writes val rows: the pred-vs-true figure stays a test-set figure."""
+    rows = [("a", f"indomain/chat/{part}", "chat", t, t) for part, ts in (("test", [10, 20, 40]), ("val", [5, 900]))
+            for t in ts]
+    preds = pd.DataFrame(rows, columns=["head", "split", "domain", "y_true", "y_pred"])
+    plots.scatter_pred_true(preds, "x.png")
+    (fig,) = captured
+    (points,) = fig.axes[0].collections
+    assert sorted(points.get_offsets()[:, 0]) == [10, 20, 40]

@@ -42,10 +42,13 @@ def _save(fig: plt.Figure, path: str | Path) -> Path:
     return path
 
 
-def scatter_pred_true(preds: pd.DataFrame, path: str | Path, split_kind: str = "indomain") -> Path | None:
-    """Predicted vs true length per head (log axes, y = x dashed), pooled over the chosen kind of split."""
-    kinds = [getattr(SplitName.try_parse(s), "kind", None) for s in preds["split"]]
-    d = preds[[k == split_kind for k in kinds]]
+def scatter_pred_true(
+    preds: pd.DataFrame, path: str | Path, split_kind: str = "indomain", part: str = "test"
+) -> Path | None:
+    """Predicted vs true length per head (log axes, y = x dashed), pooled over the chosen kind and part of
+    split (the train stage also writes val rows)."""
+    names = [SplitName.try_parse(s) for s in preds["split"]]
+    d = preds[[n is not None and n.kind == split_kind and n.part == part for n in names]]
     heads = sorted(d["head"].unique())
     if not heads:
         return None

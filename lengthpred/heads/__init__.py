@@ -14,6 +14,7 @@ its X is that field as plain data:
 | heads | input_kind | X |
 |---|---|---|
 | linear, egtp, estp, probe | `features` | [n, d] float array: one feature column, e.g. `hs.L20.last` |
+| concat | `features` | [n, k·d] float array: k columns side by side (head config `layers`), e.g. `hs.L16.last ‖ hs.L20.last` |
 | estp_learned | `tokens` | n arrays [t_i, d + 2]: one layer's token states ‖ entropy ‖ attention received |
 | proxy_reg, proxy_cls, proxy_rank | `texts` | list of n prompt strings |
 | prompt_len | `n_prompt_tokens` | [n, 1] float array |
@@ -24,7 +25,7 @@ its X is that field as plain data:
 per-prompt target in tokens, where a capped generation counts as the cap (a lower bound).
 """
 
-from lengthpred.heads import baselines, binned, distributional, fusion, linear, proxy  # noqa: F401  (registers the heads)
+from lengthpred.heads import baselines, binned, concat, distributional, fusion, linear, proxy  # noqa: F401  (registers the heads)
 from lengthpred.heads.base import (
     HEADS,
     BaseHead,
@@ -38,6 +39,7 @@ from lengthpred.heads.base import (
 )
 from lengthpred.heads.baselines import ConstantHead, DomainMedianHead
 from lengthpred.heads.binned import EGTPHead, ESTPHead, ProbeHead
+from lengthpred.heads.concat import ConcatLinearHead
 from lengthpred.heads.distributional import CensoredLogNormalHead, QuantileLinearHead
 from lengthpred.heads.fusion import ESTPLearnedHead
 from lengthpred.heads.linear import LinearHead, PromptLenHead
@@ -48,6 +50,7 @@ __all__ = [
     "HEADS",
     "BaseHead",
     "CensoredLogNormalHead",
+    "ConcatLinearHead",
     "ConstantHead",
     "DomainMedianHead",
     "EGTPHead",

@@ -65,13 +65,14 @@ def labeled_set(
     targets: pd.DataFrame,
     *,
     features: Any = None,
-    feature: str | None = None,
+    feature: str | Sequence[str] | None = None,
     token_layer: int | None = None,
     split: str = "",
 ) -> LabeledSet:
     """One split as a LabeledSet; ids without a target (not generated / skipped) are dropped, ids
-    without a prompt record or features are an error (the artefacts disagree). `token_layer` also
-    loads that layer's token-level inputs (`FeatureSet.token_inputs`)."""
+    without a prompt record or features are an error (the artefacts disagree). `feature`: one column, or
+    several side by side in the order given (the concat head). `token_layer` also loads that layer's
+    token-level inputs (`FeatureSet.token_inputs`)."""
     ids = [i for i in ids if i in targets.index]
     missing = [i for i in ids if i not in prompts_by_id]
     if missing:
@@ -82,10 +83,12 @@ def labeled_set(
     if features is not None:
         sub = features.subset(ids)
         if feature is not None:
-            if feature not in features.names:
-                stored = ", ".join(n for n in features.names if FeatureKey.is_key(n))[:300]
-                raise DataError(f"feature {feature!r} was not extracted; stored: {stored} ...")
-            x = sub.get(feature)
+            names = [feature] if isinstance(feature, str) else list(feature)
+            for name in names:
+                if name not in features.names:
+                    stored = ", ".join(n for n in features.names if FeatureKey.is_key(n))[:300]
+                    raise DataError(f"feature {name!r} was not extracted; stored: {stored} ...")
+            x = sub.get(names[0]) if len(names) == 1 else np.concatenate([sub.get(n) for n in names], axis=1)
         if token_layer is not None:
             tokens = sub.token_inputs(token_layer)
         if "n_prompt_tokens" in features.names:

@@ -14,6 +14,11 @@ Points: test predictions come from `predict_points`, so predictions.parquet carr
 (`y_pred_median`) and mean (`y_pred_mean`) beside `y_pred`, and the scores put MAE on the median (`mae`)
 and on the mean (`mae_mean`); rank metrics read `y_pred`.
 
+Validation predictions: given `val_split`, the frame also holds every val prompt predicted by the head that
+was kept (and each seed's), so later steps that choose on validation (a stacked ensemble,
+lengthpred.heads.stacking) read the same split the head was selected on, never test. They are not clean
+held-out rows for the head's own score: its hyperparameters were chosen on them.
+
 Censoring (one rule for every head): a capped generation counts as the cap, a lower bound; prompts
 with any capped sample are counted in `n_capped_*` of the metrics.
 """
@@ -232,13 +237,14 @@ def run_training(
     split: str | Sequence[str] = "test",
     label: str | None = None,
     n_seeds: int = 1,
+    val_split: str | Sequence[str] | None = None,
 ) -> tuple[BaseHead, dict[str, Any], pd.DataFrame]:
     """Fit `head_name` on train (selecting `head_cfg.select` on val), predict test; with `n_seeds > 1`, the
     same per seed (module docstring), keeping the first seed's head.
 
     Returns (fitted head, metrics dict, predictions DataFrame with one row per test prompt, split name(s)
-    `split` (one, or one per test row), head name `label or head_name`). All data checks run before the
-    first fit.
+    `split` (one, or one per test row), head name `label or head_name`; with `val_split`, also one row per
+    val prompt under that name or names). All data checks run before the first fit.
     """
     klass = HEADS.get(head_name)
     params = head_params(head_cfg)
@@ -249,9 +255,11 @@ def run_training(
     validate_set("train", train, klass, need_ranking=False)
     validate_set("test", test, klass, need_ranking=True)
     use_val = val is not None and len(val) > 0 and len(candidates) > 1
-    if use_val:
+    val_rows = val_split is not None and val is not None and len(val) > 0
+    if use_val or val_rows:
+        assert val is not None
         validate_set("val", val, klass, need_ranking=False)
-        use_val = len(np.unique(val.y)) >= 2
+        use_val = use_val and len(np.unique(val.y)) >= 2
     if klass.input_kind == "features":
         d = {
             s: np.asarray(v.inputs.features).shape[1]
@@ -292,7 +300,14 @@ def run_training(
     if len(fits) > 1:
         metrics |= _seed_summary(test.y, fits)
         seed_preds = [f[3] for f in fits]
-    return head, metrics, predictions_frame(label or head_name, split, test, y_pred, seed_preds)
+    frame = predictions_frame(label or head_name, split, test, y_pred, seed_preds)
+    if val_rows:
+        assert val is not None and val_split is not None
+        x_val = val.inputs.x_for(klass.input_kind)
+        val_preds = [f[1].predict_points(x_val) for f in fits]
+        val_frame = predictions_frame(label or head_name, val_split, val, val_preds[0], val_preds if len(fits) > 1 else ())
+        frame = pd.concat([frame, val_frame], ignore_index=True)
+    return head, metrics, frame
 
 
 def _seed_summary(y_test: np.ndarray, fits: Sequence[tuple]) -> dict[str, Any]:

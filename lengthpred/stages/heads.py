@@ -83,6 +83,25 @@ def feature_name(hcfg: Mapping[str, Any]) -> str | None:
     return str(FeatureKey(int(hcfg["layer"]), str(hcfg["pooling"])))
 
 
+def feature_names(hcfg: Mapping[str, Any]) -> list[str]:
+    """The columns a features head reads, in the order its X holds them: with `layers` (the concat head),
+    `hs.L<l>.<p>` for each layer and, within a layer, each of `pooling` (one name or a list); else
+    `feature_name` alone ([] for a head that reads no hidden state)."""
+    if hcfg.get("layers") is None:
+        name = feature_name(hcfg)
+        return [] if name is None else [name]
+    pools = hcfg.get("pooling") or "last"
+    pools = [pools] if isinstance(pools, str) else list(pools)
+    return [str(FeatureKey(int(layer), str(p))) for layer in hcfg["layers"] for p in pools]
+
+
+def feature_needs(hcfg: Mapping[str, Any]) -> list[tuple[int | None, str | None]]:
+    """Every (layer, pooling) a head config reads (`feature_need`, one per column for a `layers` config)."""
+    if hcfg.get("layers") is not None and head_class(hcfg).input_kind == "features":
+        return [(k.layer, k.pool) for k in map(FeatureKey.parse, feature_names(hcfg))]
+    return [feature_need(hcfg)]
+
+
 def feature_need(hcfg: Mapping[str, Any]) -> tuple[int | None, str | None]:
     """The (layer, pooling) a head config reads from a feature store (`FeatureSettings.only`):
     (layer, "learned") for token-level heads, (None, None) for the scalar columns alone."""

@@ -26,9 +26,16 @@ from lengthpred.heads.assemble import forelen_ids, indomain_ids, labeled_set, pe
 from lengthpred.heads.base import HEADS, LabeledSet
 from lengthpred.heads.cross import CROSS_MODES, cross_mode, fit_cross, select_cross
 from lengthpred.heads.training import per_domain_scores, predictions_frame, run_training, score
-from lengthpred.names import SplitName
+from lengthpred.names import FeatureKey, SplitName
 from lengthpred.stages.features import check_head_feature, ensure_features, feature_settings, truncated_counts
-from lengthpred.stages.heads import build, check_features_config, feature_name, feature_need, head_name, plain
+from lengthpred.stages.heads import (
+    build,
+    check_features_config,
+    feature_names,
+    feature_needs,
+    head_name,
+    plain,
+)
 from lengthpred.stages.targets import load_targets
 from lengthpred.targets import target_frame
 
@@ -39,10 +46,10 @@ PREDICTIONS = PREDICTIONS_NAME
 @dataclass
 class StageInputs:
     """What a head's fits read for a config: prompt records, splits.json, targets and (for heads that read
-    them) features; `labeled` turns ids into a LabeledSet with this head's feature / token layer."""
+    them) features; `labeled` turns ids into a LabeledSet with this head's feature(s) / token layer."""
 
     head: str
-    feature: str | None
+    feature: str | list[str] | None  # several: side by side (the concat head)
     token_layer: int | None
     by_id: dict[str, dict[str, Any]]
     splits: dict[str, Any]
@@ -71,10 +78,11 @@ def load_stage_inputs(cfg: DictConfig) -> StageInputs:
     build(hcfg)  # config errors first
     name = head_name(hcfg)
     kind = HEADS.get(name).input_kind
-    feature = feature_name(hcfg) if kind == "features" else None
+    names = feature_names(hcfg) if kind == "features" else []
+    feature = names[0] if len(names) == 1 else (names or None)
     token_layer = int(hcfg.layer) if kind == "tokens" else None
     if kind == "features" and feature is None:
-        raise DataError(f"head {name!r} reads features: set head.layer and head.pooling")
+        raise DataError(f"head {name!r} reads features: set head.layer (or head.layers) and head.pooling")
 
     prompts = load_prompts(cfg.data)
     inputs = StageInputs(
@@ -86,9 +94,12 @@ def load_stage_inputs(cfg: DictConfig) -> StageInputs:
         targets=target_frame(load_targets(cfg, prompts=prompts)),
     )
     if kind in ("features", "tokens", "n_prompt_tokens"):
-        check_features_config(feature_settings(cfg), feature, token_layer, str(hcfg.get("pooling")))
-        inputs.features = ensure_features(cfg, prompts, need=[feature_need(hcfg)])  # a new trace: only this
-        check_head_feature(inputs.features, feature)
+        settings = feature_settings(cfg)
+        for key in names or [None]:
+            check_features_config(settings, key, token_layer, FeatureKey.parse(key).pool if key else None)
+        inputs.features = ensure_features(cfg, prompts, need=feature_needs(hcfg))  # a new trace: only these
+        for key in names:
+            check_head_feature(inputs.features, key)
     return inputs
 
 
@@ -112,9 +123,11 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
             sets["val"],
             sets["test"],
             split=per_domain_split_names(sets["test"]),
+            val_split=per_domain_split_names(sets["val"], "val"),  # for choices made later on val (stacking)
             n_seeds=int(head_cfg.get("n_seeds") or 1),  # in-domain only: the cross pairs use the first seed
         )
-    metrics["per_domain"] = per_domain_scores(preds)
+    is_test = [SplitName.parse(v).part == "test" for v in preds["split"]]
+    metrics["per_domain"] = per_domain_scores(preds[is_test])
     metrics["n_truncated"] = truncated_counts(data.features, {part: ids[part] for part in ("train", "val", "test")})
     frames = [preds]
     seen = set(ids["train"]) | set(ids["val"])

@@ -117,6 +117,7 @@ RULES: dict[str, Rule] = {
     "features.overflow": one_of("reject", "truncate"),
     "features.limit": integer(1, null=True),
     "head.layer": integer(0, null=True),
+    "head.layers": each(integer(0)),  # the concat head's columns (stages.heads.feature_names)
     "head.n_seeds": integer(1, null=True),
     "online.confidence": FRACTION_OPEN,
     "online.n_boot": integer(1),
@@ -180,7 +181,7 @@ RULES: dict[str, Rule] = {
     "distribution.adapt.forgetting": number(0, 1, lo_open=True),
 }
 
-HEAD_KEYS = ("params", "select", "n_seeds", "layer", "pooling")  # a head config's top level (stages.heads)
+HEAD_KEYS = ("params", "select", "n_seeds", "layer", "layers", "pooling")  # a head config's top level (stages.heads)
 LOGGER_MODES = ("offline", "online", "disabled")
 WANDB_MODES = {"offline": "offline", "dryrun": "offline", "online": "online", "run": "online",
                "disabled": "disabled"}
