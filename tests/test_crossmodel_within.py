@@ -112,3 +112,30 @@ def test_constant_within_a_dataset_is_the_dataset_median():
                            HeadSpec("domain_median", cfg, None, (M1,))], inputs, table, split, min_train=5)
     p = preds.pivot(index="id", columns="head", values="y_pred")
     np.testing.assert_allclose(p["constant (within dataset)"], p["domain_median"])
+
+
+def test_every_castillo_fit_goes_through_run_training_with_the_search_node(monkeypatch):
+    # item 1's protocol (a `search:` node: the same budget for every head) reaches the proxies here too
+    from lengthpred.crossmodel import fits as fits_mod
+    from lengthpred.data.castillo import MODELS as ALL13
+    from lengthpred.heads import run_training
+    from lengthpred.stages.castillo import head_specs
+    from tests.conftest import compose_cfg
+
+    assert fits_mod.run_training is run_training  # the standard path, not a CASTILLO copy
+    cfg = compose_cfg(["experiment=castillo", "+search.budget=3", "+search.subsample=64"])
+    specs = head_specs(cfg, list(ALL13))
+    assert {s.label for s in specs} >= {"proxy_rank", "prompt_len (pooled fit)", "prompt_len (within dataset)"}
+    assert all(s.cfg["search"] == {"budget": 3, "subsample": 64} for s in specs)
+    assert "search" not in head_specs(compose_cfg(["experiment=castillo"]), list(ALL13))[0].cfg
+    seen = []
+
+    def spy(name, cfg, *args, **kw):
+        seen.append((name, cfg.get("search")))
+        return run_training(name, cfg, *args, **kw)
+
+    monkeypatch.setattr(fits_mod, "run_training", spy)
+    inputs, table, split, _ = simpson()
+    spec = HeadSpec("prompt_len", {"params": {}, "search": {"budget": 3}}, None, (M1,), within=True)
+    fit_all([spec], inputs, table, split, min_train=5)
+    assert seen == [("prompt_len", {"budget": 3})] * 2  # one standard fit per dataset
