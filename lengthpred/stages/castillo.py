@@ -3,7 +3,8 @@ each step timed (the library parts live in `lengthpred.crossmodel`).
 
 union (read every CASTILLO file) → sample (`data.per_dataset` prompts per dataset) → split (shared, by
 prompt, stratified by dataset) → token counts (truncation counted) → features (one prefill per prompt,
-only the columns the heads read) → fits (every head per fit target) → ceilings → scores → tables and plots.
+only the columns the heads read) → fits (every head per fit target; `crossmodel.within_heads` once more per
+dataset) → ceilings → scores → tables and plots.
 
 Writes into `out_dir`: `union/` (prompts.jsonl, lengths.npz), `split.json`, `coverage.csv`, `fits.csv`,
 `predictions.parquet`, `results.csv`, `ceilings_test.csv`, `ceilings_all.csv`, `transfer_<head>.csv`,
