@@ -52,11 +52,18 @@ def test_one_prefill_per_prompt_serves_every_model(run):
 def test_every_head_fitted_per_model_and_on_the_mean_over_models(run):
     _, cfg, s = run
     fits = pd.read_csv(f"{cfg.paths.output_dir}/fits.csv")
-    assert len(fits) == 5 * 4 and set(fits["fit"]) == {*MODELS, "all-models"}
-    assert (fits["status"] == "fitted").all()
+    assert len(fits) == (5 + 1) * 4 and set(fits["fit"]) == {*MODELS, "all-models"}  # + prompt_len within
+    within = (fits["head"] == "prompt_len (within dataset)") & (fits["fit"] == L1B)
+    assert (fits.loc[~within, "status"] == "fitted").all()
+    assert fits.loc[within, "status"].item() == "fitted (not in Apps: not fitted (0 train < 5))"  # no such file
     preds = pd.read_parquet(f"{cfg.paths.output_dir}/predictions.parquet")
     split = json.loads(open(f"{cfg.paths.output_dir}/split.json").read())
-    assert (preds.groupby(["head", "fit"])["id"].apply(set) == set(split["test"])).all()
+    got = preds.groupby(["head", "fit"])["id"].apply(set)
+    no_apps = got.pop(("prompt_len (within dataset)", L1B))
+    assert (got == set(split["test"])).all()
+    lines = open(f"{cfg.paths.output_dir}/union/prompts.jsonl").read().splitlines()
+    apps = {r["id"] for r in map(json.loads, lines) if r["dataset"] == "Apps"}
+    assert no_apps == set(split["test"]) - apps != set(split["test"])
 
 
 def test_results_tables_and_transfer_matrix(run):
@@ -72,8 +79,11 @@ def test_results_tables_and_transfer_matrix(run):
     assert list(mat.index) == ["Llama-3.1-8B-Instruct", "Llama-3.2-1B-Instruct", "gemma-3-4b-it", "all-models"]
     assert list(mat.columns) == MODELS and mat.notna().all().all()
     t7 = open(f"{out}/tables/T7.md").read()
-    assert t7.count("| Llama-3.2-1B-Instruct |") == 5 + 5  # own + all-models fit of each head
+    assert t7.count("| Llama-3.2-1B-Instruct |") == 6 + 6  # own + all-models fit of each head
+    assert "| Llama-3.2-1B-Instruct | prompt_len (pooled fit) |" in t7
     per_ds = open(tmp / "docs" / "castillo_T7_datasets.md").read()  # copied into docs_dir
+    header = per_ds.splitlines()[2]
+    assert "prompt_len (within dataset)" in header and "pooled fit" not in header
     assert "| Llama-3.2-1B-Instruct | Apps | 0 | no file (not in CASTILLO) |" in per_ds
     assert (tmp / "docs" / "figures" / "castillo_transfer_linear.png").is_file()
     ceil = open(f"{out}/tables/T7_ceilings.md").read()
@@ -87,7 +97,7 @@ def test_model_missing_from_test_is_reported_not_dropped(tmp_path, tiny_model, t
     from lengthpred.stages.castillo import run_castillo
 
     # gemma has lengths for only two Alpaca prompts (they land in one split at most): no test prompts
-    cfg = castillo_cfg(tmp_path, "crossmodel.heads=[constant]", "crossmodel.transfer_heads=[]",
+    cfg = castillo_cfg(tmp_path, "crossmodel.heads=[constant]", "crossmodel.within_heads=[]", "crossmodel.transfer_heads=[]",
                        "crossmodel.primary_head=constant", "crossmodel.min_train=2")
     root = tmp_path / "validate"
     for ds in ("Apps", "Mbpp"):

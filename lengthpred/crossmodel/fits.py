@@ -5,6 +5,12 @@ Each fit is `lengthpred.heads.run_training` on the target's own train split, sel
 mean only to pass its checks; its scores against that label are dropped), so one call predicts every test
 prompt, and scoring against each model's lengths happens afterwards (lengthpred.crossmodel.scoring): the
 diagonal of the transfer matrix is the model's own fit, the rest is transfer.
+
+A spec with `within=True` is fitted once per dataset (that dataset's train and val prompts of the target)
+and predicts that dataset's test prompts only: the baselines whose pooled fit would rank prompts inside one
+dataset by a slope learnt across datasets (prompt_len is monotone in prompt tokens, so within one dataset
+its pooled fit scores ±|ρ| with the sign of the pooled slope, whatever that dataset's own slope is). Its
+label is `<head> (within dataset)`; a spec scored pooled only is labelled `<head> (pooled fit)`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from lengthpred.heads import run_training
 from lengthpred.seeds import seed_columns
 
 log = logging.getLogger(__name__)
+WITHIN = "(within dataset)"
+POOLED_FIT = "(pooled fit)"
 FIT_COLUMNS = ["head", "fit", "status", "n_train", "n_val", "selected", "val_spearman", "n_seeds",
                "n_parameters", "fit_seconds"]
 
@@ -38,12 +46,21 @@ class HeadSpec:
     cfg: dict[str, Any]
     feature: str | None
     targets: tuple[str, ...]
+    within: bool = False
+    pooled_only: bool = False
+
+    @property
+    def label(self) -> str:
+        """The head's name in fits, predictions and tables."""
+        if self.within:
+            return f"{self.name} {WITHIN}"
+        return f"{self.name} {POOLED_FIT}" if self.pooled_only else self.name
 
 
-def fit_one(spec: HeadSpec, target: str, inputs: PromptInputs, table: LengthTable,
-            split: Mapping[str, Sequence[str]], min_train: int) -> tuple[dict[str, Any], pd.DataFrame | None]:
-    """(fit record, predictions on every test prompt or None when the fit could not run)."""
-    rec: dict[str, Any] = {"head": spec.name, "fit": target, "status": "fitted"}
+def _fit(spec: HeadSpec, target: str, inputs: PromptInputs, table: LengthTable, split: Mapping[str, Sequence[str]],
+         min_train: int) -> tuple[dict[str, Any], pd.DataFrame | None]:
+    """One run_training call on `split`'s prompts: (fit record, predictions on its test prompts or None)."""
+    rec: dict[str, Any] = {"head": spec.label, "fit": target, "status": "fitted"}
     train = inputs.labeled(table, target, split["train"], spec.feature)
     val = inputs.labeled(table, target, split["val"], spec.feature)
     rec |= {"n_train": len(train), "n_val": len(val)}
@@ -56,13 +73,39 @@ def fit_one(spec: HeadSpec, target: str, inputs: PromptInputs, table: LengthTabl
             head, m, preds = run_training(spec.name, spec.cfg, train, val if len(val) else None, test,
                                           split="test", n_seeds=int(spec.cfg.get("n_seeds") or 1))
     except DataError as e:
-        log.warning("%s on %s: not fitted (%s)", spec.name, short_model(target), e)
+        log.warning("%s on %s: not fitted (%s)", spec.label, short_model(target), e)
         return rec | {"status": f"not fitted: {e}"}, None
     rec |= {"selected": str(m["selected"] or ""), "val_spearman": m["val_spearman"],
             "n_seeds": int(m.get("n_seeds", 1)), "n_parameters": m["n_parameters"],
             "fit_seconds": round(time.perf_counter() - t0, 2)}
     keep = ["id", "y_pred", *seed_columns(preds.columns)]
-    return rec, preds[keep].assign(head=spec.name, fit=target)
+    return rec, preds[keep].assign(head=spec.label, fit=target)
+
+
+def fit_one(spec: HeadSpec, target: str, inputs: PromptInputs, table: LengthTable,
+            split: Mapping[str, Sequence[str]], min_train: int) -> tuple[dict[str, Any], pd.DataFrame | None]:
+    """(fit record, predictions on every test prompt or None when the fit could not run); a `within` spec
+    gets one fit per dataset, its record summing counts and naming the datasets it could not fit."""
+    if not spec.within:
+        return _fit(spec, target, inputs, table, split, min_train)
+    ds_of = dict(zip(inputs.ids, inputs.datasets, strict=True))
+    parts = []
+    for ds in sorted({ds_of[i] for part in split.values() for i in part}):
+        sub = {k: [i for i in v if ds_of[i] == ds] for k, v in split.items()}
+        rec, preds = _fit(spec, target, inputs, table, sub, min_train)
+        parts.append((ds, rec, preds))
+    fitted = [(ds, r) for ds, r, p in parts if p is not None]
+    missing = [f"{ds}: {r['status']}" for ds, r, p in parts if p is None]
+    rec = {"head": spec.label, "fit": target,
+           "status": ("fitted" if fitted else "not fitted") + (f" (not in {'; '.join(missing)})" if missing else ""),
+           "n_train": sum(r["n_train"] for _, r, _ in parts), "n_val": sum(r["n_val"] for _, r, _ in parts)}
+    if fitted:
+        rec |= {"selected": "; ".join(f"{ds}: {r['selected']}" for ds, r in fitted if r["selected"]),
+                "n_seeds": max(r["n_seeds"] for _, r in fitted),
+                "n_parameters": sum(r["n_parameters"] for _, r in fitted),
+                "fit_seconds": round(sum(r["fit_seconds"] for _, r in fitted), 2)}
+    frames = [p for _, _, p in parts if p is not None]
+    return rec, pd.concat(frames, ignore_index=True) if frames else None
 
 
 def fit_all(specs: Sequence[HeadSpec], inputs: PromptInputs, table: LengthTable,
@@ -75,7 +118,7 @@ def fit_all(specs: Sequence[HeadSpec], inputs: PromptInputs, table: LengthTable,
             records.append(rec)
             if preds is not None:
                 frames.append(preds)
-            log.info("%s on %s: %s (%.1f s)", spec.name, short_model(target), rec["status"],
+            log.info("%s on %s: %s (%.1f s)", spec.label, short_model(target), rec["status"],
                      rec.get("fit_seconds") or 0.0)
     fits = pd.DataFrame(records).reindex(columns=FIT_COLUMNS)
     preds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["head", "fit", "id", "y_pred"])

@@ -7,6 +7,9 @@ it is scored against), dataset (`pooled` or one dataset), metric, value, ci_low,
 - Transfer cells (fit ≠ model) get the pooled Spearman point estimate only (the heatmap).
 - A (model, dataset) with fewer than `min_test` test prompts, or a fit that did not run, is a row whose
   `note` says so: never a silently missing cell. Undefined metrics (a constant's Spearman) are UNDEFINED.
+- A `(pooled fit)` head (lengthpred.crossmodel.fits) is scored pooled only: its ranking inside one dataset
+  is a slope learnt across datasets. A `(within dataset)` head predicts each dataset from that dataset's
+  own fit; a dataset it could not fit is a row that says so, and its pooled row covers the rest.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.crossmodel.ceilings import POOLED
+from lengthpred.crossmodel.fits import POOLED_FIT
 from lengthpred.crossmodel.table import ALL_MODELS, LengthTable
 from lengthpred.metrics import UNDEFINED, evaluate, is_undefined
 from lengthpred.seeds import SEED_METRICS, seed_columns, seed_metric_name, spread
@@ -27,6 +31,8 @@ from lengthpred.seeds import SEED_METRICS, seed_columns, seed_metric_name, sprea
 COLUMNS = ["head", "fit", "model", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"]
 METRICS = ("spearman", "kendall", "mae")
 NO_TEST = "too few test prompts"  # + " (n)"
+NOT_IN_DATASET = "not fitted in this dataset"
+PART_POOLED = "pooled over the datasets it was fitted in"
 
 
 def _row(head: str, fit: str, model: str, dataset: str, metric: str, value: Any = None, lo: Any = None,
@@ -67,14 +73,21 @@ def score_all(preds: pd.DataFrame, fits: pd.DataFrame, table: LengthTable, test_
             if g is None:
                 rows.append(_row(head, fit, model, POOLED, "spearman", note=str(rec["status"])))
                 continue
-            for ds in [POOLED, *datasets] if own else [POOLED]:
+            per_dataset = own and not str(head).endswith(POOLED_FIT)
+            for ds in [POOLED, *datasets] if per_dataset else [POOLED]:
                 ids = table.ids_with(model, [i for i in test_ids if ds == POOLED or dataset_of[i] == ds])
+                have = [i for i in ids if i in g.index]
+                if ds != POOLED and len(have) < len(ids):
+                    rows.append(_row(head, fit, model, ds, "spearman", n=len(ids), note=NOT_IN_DATASET))
+                    continue
+                ids, note = have, PART_POOLED if len(have) < len(ids) else ""
                 if len(ids) < min_test:
                     rows.append(_row(head, fit, model, ds, "spearman", n=len(ids), note=f"{NO_TEST} ({len(ids)})"))
                     continue
                 y, p = table.target(model, ids), g.loc[ids]
                 if own:
-                    rows += score_cell(head, fit, model, ds, y, p, n_boot=n_boot, seed=seed)
+                    cell = score_cell(head, fit, model, ds, y, p, n_boot=n_boot, seed=seed)
+                    rows += [r | {"note": r["note"] or note} for r in cell]
                 else:
                     rows += [r for r in score_cell(head, fit, model, ds, y, p[["y_pred"]], n_boot=0, seed=seed)
                              if r["metric"] == "spearman"]

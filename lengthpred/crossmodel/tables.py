@@ -27,6 +27,11 @@ CEILING_NOTE = ("Ceiling: √(k·r/(1+(k−1)·r)) (Spearman–Brown, k = 10, r 
                 "the mean of the 10 samples on these prompts, with its 95% bootstrap CI; a score above it is "
                 "sampling noise. Share = Spearman / ceiling.")
 
+WITHIN_NOTE = ("'(within dataset)': a baseline fitted on each dataset's own train prompts and scored on that "
+               "dataset (pooled: its per-dataset predictions together); '(pooled fit)': fitted on all datasets "
+               "together and scored pooled only, since prompt length is monotone in prompt tokens and its pooled "
+               "slope would rank prompts inside one dataset with an arbitrary sign.")
+
 
 class _Results:
     """Index of the tidy rows by (head, fit, model, dataset, metric)."""
@@ -114,7 +119,7 @@ def table_t7(results: pd.DataFrame, fits: pd.DataFrame, ceil: Mapping[tuple[str,
              "Predictors read SmolLM2-135M's prefill of the prompt (linear, probe, egtp: a cross-model proxy, "
              "not the serving model's own states) or the prompt text (MiniLM proxies); '(all-models fit)' is "
              "trained once on the mean over models and scored on every model.",
-             CEILING_NOTE]
+             WITHIN_NOTE, CEILING_NOTE]
     return Table("T7", "Cross-model length prediction on CASTILLO (test split, pooled)", cols, rows, notes)
 
 
@@ -158,7 +163,8 @@ def table_t7_datasets(results: pd.DataFrame, fits: pd.DataFrame, ceil: Mapping[t
                       models: Sequence[str], datasets: Sequence[str], primary: str,
                       missing_files: Mapping[tuple[str, str], str]) -> Table:
     ix = _Results(results)
-    others = [h for h in dict.fromkeys(fits["head"]) if h != primary]
+    scored_within = set(results.loc[results["dataset"] != POOLED, "head"])
+    others = [h for h in dict.fromkeys(fits["head"]) if h != primary and h in scored_within]
     cols = ([Column("Model"), Column("Dataset"), Column("n test", None, "int"),
              Column("Ceiling (mean of 10)", "up", "corr"), Column("LOO ceiling", "up", "corr"),
              Column(f"{primary} Spearman", "up", "corr"), Column("Share", "up")]
@@ -178,7 +184,7 @@ def table_t7_datasets(results: pd.DataFrame, fits: pd.DataFrame, ceil: Mapping[t
                          _share(sp, c), *rest])
     notes = ["Per dataset of the shared test split. The primary predictor with its 95% bootstrap CI; the others' "
              "point Spearman (CIs in results.csv). LOO ceiling: one sample vs the mean of the other nine "
-             "(RESEARCH.md's figure), for a single-sample target.", CEILING_NOTE]
+             "(RESEARCH.md's figure), for a single-sample target.", WITHIN_NOTE, CEILING_NOTE]
     return Table("T7_datasets", "Cross-model length prediction per CASTILLO dataset (test split)", cols, rows, notes)
 
 

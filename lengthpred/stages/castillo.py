@@ -3,7 +3,8 @@ each step timed (the library parts live in `lengthpred.crossmodel`).
 
 union (read every CASTILLO file) → sample (`data.per_dataset` prompts per dataset) → split (shared, by
 prompt, stratified by dataset) → token counts (truncation counted) → features (one prefill per prompt,
-only the columns the heads read) → fits (every head per fit target) → ceilings → scores → tables and plots.
+only the columns the heads read) → fits (every head per fit target; `crossmodel.within_heads` once more per
+dataset) → ceilings → scores → tables and plots.
 
 Writes into `out_dir`: `union/` (prompts.jsonl, lengths.npz), `split.json`, `coverage.csv`, `fits.csv`,
 `predictions.parquet`, `results.csv`, `ceilings_test.csv`, `ceilings_all.csv`, `transfer_<head>.csv`,
@@ -87,28 +88,44 @@ def _targets(value: Any, models: Sequence[str], what: str) -> tuple[str, ...]:
     return names
 
 
+def _search_node(cfg: DictConfig) -> dict[str, Any] | None:
+    """The root `search:` node (item 1's selection protocol: the same budget for every head), if configured."""
+    node = cfg.get("search")
+    return None if node is None else OmegaConf.to_container(node, resolve=True)
+
+
 def head_specs(cfg: DictConfig, models: Sequence[str]) -> list[HeadSpec]:
     """`crossmodel.heads` on `crossmodel.fit_targets`, `crossmodel.proxy_heads` on `crossmodel.proxy_targets`,
-    each from conf/head/<name>.yaml merged with `crossmodel.head_overrides.<name>`."""
+    each from conf/head/<name>.yaml merged with `crossmodel.head_overrides.<name>`; `crossmodel.within_heads`
+    once more on `fit_targets`, fitted within each dataset (lengthpred.crossmodel.fits), and a head listed
+    in both `heads` and `within_heads` has its pooled fit labelled `(pooled fit)` and scored pooled only.
+    Every head runs the standard `run_training` path, under the root `search:` node where one is set."""
     cm = cfg.crossmodel
     overrides = OmegaConf.to_container(cm.head_overrides, resolve=True) if cm.head_overrides else {}
+    within = [str(h) for h in (cm.get("within_heads") or [])]
+    search = _search_node(cfg)
     specs = []
-    for names, key in ((cm.heads, "fit_targets"), (cm.proxy_heads or [], "proxy_targets")):
+    groups = ((cm.heads, "fit_targets", False), (cm.proxy_heads or [], "proxy_targets", False),
+              (within, "fit_targets", True))
+    for names, key, is_within in groups:
         targets = _targets(cm[key], models, key)
         for name in names:
-            HEADS.get(str(name))  # an unknown head lists the valid ones
-            merged = OmegaConf.merge(head_config(cfg, str(name)), overrides.get(str(name)) or {})
-            hcfg = OmegaConf.to_container(merged, resolve=True)
-            feature = feature_name(merged) if HEADS.get(str(name)).input_kind == "features" else None
-            if HEADS.get(str(name)).input_kind == "tokens":
+            klass = HEADS.get(str(name))  # an unknown head lists the valid ones
+            if klass.input_kind == "tokens":
                 raise ConfigError(f"crossmodel: head {name!r} reads token-level states; this experiment stores "
                                   "pooled columns only (use linear, probe, egtp, estp)")
-            specs.append(HeadSpec(str(name), hcfg | {"feature": feature}, feature, targets))
+            merged = OmegaConf.merge(head_config(cfg, str(name)), overrides.get(str(name)) or {})
+            hcfg = OmegaConf.to_container(merged, resolve=True)
+            if search is not None and "search" not in hcfg:
+                hcfg["search"] = search
+            feature = feature_name(merged) if klass.input_kind == "features" else None
+            specs.append(HeadSpec(str(name), hcfg | {"feature": feature}, feature, targets, within=is_within,
+                                  pooled_only=not is_within and str(name) in within))
     return specs
 
 
 def _check_heads(cm: DictConfig, specs: list[HeadSpec]) -> None:
-    names = {s.name for s in specs}
+    names = {s.label for s in specs}
     if str(cm.primary_head) not in names:
         raise ConfigError(f"crossmodel.primary_head={cm.primary_head!r} is not among the heads {sorted(names)}")
     extra = sorted(set(map(str, cm.transfer_heads)) - names)
@@ -173,7 +190,7 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
     inputs = PromptInputs.build(records, features, columns, n_tokens)
     fits_frames, pred_frames = [], []
     for kind in ("heads", "proxy_heads"):
-        group = [s for s in specs if (s.name in (cm.proxy_heads or [])) == (kind == "proxy_heads")]
+        group = [s for s in specs if (s.name in (cm.proxy_heads or []) and not s.within) == (kind == "proxy_heads")]
         if not group:
             continue
         with timer.stage(f"fit {kind}"):
