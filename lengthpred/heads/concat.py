@@ -22,7 +22,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, check_targets
+from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
 from lengthpred.heads.linear import DEFAULT_ALPHAS
 from lengthpred.heads.smearing import ridge_loo_residuals, smeared_expm1, smearing_factor
 
@@ -112,17 +112,24 @@ class ConcatLinearHead(BaseHead):
         self.columns_ = cols
         self.coef_ = w_z / scaler.scale_
         self.intercept_ = b - float(scaler.mean_ @ self.coef_)
-        self.smearing_ = 1.0
-        if self.target == "log1p" and self.back_transform == "mean":
+        self.mean_smearing_ = 1.0
+        if self.target == "log1p":
             resid = t - ridge.predict(P)
-            self.smearing_ = smearing_factor(ridge_loo_residuals(P, resid, self.alpha_))
+            self.mean_smearing_ = smearing_factor(ridge_loo_residuals(P, resid, self.alpha_))
+        # what `predict` applies; predict_points' mean always uses mean_smearing_ (as LinearHead)
+        self.smearing_ = self.mean_smearing_ if self.back_transform == "mean" else 1.0
         return self
 
     def predict(self, X: Any) -> np.ndarray:
+        return self.predict_points(X).pred
+
+    def predict_points(self, X: Any) -> Points:
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         z = X[:, self.columns_] @ self.coef_ + self.intercept_
-        return smeared_expm1(z, self.smearing_) if self.target == "log1p" else z
+        if self.target != "log1p":
+            return Points(z, None, z)
+        return Points(smeared_expm1(z, self.smearing_), np.expm1(z), smeared_expm1(z, self.mean_smearing_))
 
     def _state(self):
         arrays = {
@@ -135,6 +142,7 @@ class ConcatLinearHead(BaseHead):
             "n_components_": self.n_components_,
             "n_features_in": self.n_features_in_,
             "smearing": self.smearing_,
+            "mean_smearing": self.mean_smearing_,
         }
         return arrays, meta
 
@@ -144,6 +152,7 @@ class ConcatLinearHead(BaseHead):
         self.intercept_ = float(arrays["intercept"][0])
         self.alpha_, self.n_components_ = float(meta["alpha_"]), meta["n_components_"]
         self.smearing_, self.n_features_in_ = float(meta["smearing"]), int(meta["n_features_in"])
+        self.mean_smearing_ = float(meta.get("mean_smearing", self.smearing_))
 
     @property
     def n_parameters(self) -> int:
