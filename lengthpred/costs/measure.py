@@ -30,8 +30,7 @@ from lengthpred.features.settings import FeatureSettings
 from lengthpred.heads.base import HeadInput, load_head
 from lengthpred.heads.binned import torch_threads
 from lengthpred.integrity import temp_path
-from lengthpred.names import FeatureKey, hidden_name
-from lengthpred.online.config import rls_name
+from lengthpred.names import FeatureKey, hidden_name, rls_name
 from lengthpred.prompting import encode_prompt
 
 log = logging.getLogger(__name__)

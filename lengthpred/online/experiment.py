@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.names import PAIR_SEP
-from lengthpred.online.config import mean_oracle_name, rls_name, select_alpha
+from lengthpred.names import PAIR_SEP, forgetting_of, mean_oracle_name, rls_name
+from lengthpred.online.config import select_alpha
 from lengthpred.online.curves import labels_seen_curves
 from lengthpred.online.pairs import (
     gains_table,
@@ -48,7 +48,7 @@ from lengthpred.online.pairs import (
     select_pairs,
 )
 from lengthpred.online.plots import plot_curves, plot_delta_grid, plot_delta_summary, plot_gain_vs_shift
-from lengthpred.online.select import SELECTED, choose_forgetting, forgetting_of, with_selected
+from lengthpred.online.select import SELECTED, choose_forgetting, with_selected
 from lengthpred.online.stream import HeadSpec
 from lengthpred.online.summary import ALL, per_target_summary
 from lengthpred.targets import target_frame

@@ -29,8 +29,8 @@ from lengthpred.data import load_prompts, load_splits
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.models import load_tokenizer
 from lengthpred.models.serving import checkpoint_dir, load_causal_lm
-from lengthpred.names import FeatureKey, SplitName
-from lengthpred.online.config import rls_name, select_alpha
+from lengthpred.names import FeatureKey, SplitName, rls_name
+from lengthpred.online.config import select_alpha
 from lengthpred.online.rls import RLSRegressor
 from lengthpred.prompting import encode_prompt
 from lengthpred.sched.hardware import get_profile
