@@ -4,8 +4,10 @@
   data/reference/). The package's parent folder when the package sits in a checkout (an editable or a
   PYTHONPATH install), else the checkout the working directory is in (a regular install run from a clone).
 - `home()`: where runs write `data/` (prepared splits, generations, feature stores, models) and `outputs/`:
-  `$LENGTHPRED_HOME` when set, else the checkout the working directory is in, else the working directory.
-  So a run writes beside the user, never beside `site-packages` or into another clone whose venv it borrows.
+  `$LENGTHPRED_HOME` when set, else the checkout the working directory is in, else the package's own
+  checkout (an editable install run from another folder keeps one data folder), else the working directory
+  (a regular install). So a run never writes beside `site-packages`, nor into another clone whose venv it
+  borrows.
 - `reference_dir(data_dir)`: the committed reference traces: `<data_dir>/reference` when the home is a
   checkout (as in the default set-up), else the package's checkout's `data/reference`.
 """
@@ -41,12 +43,13 @@ REPO_ROOT = CHECKOUT or PACKAGE_PARENT
 
 
 def home() -> Path:
-    """`$LENGTHPRED_HOME`, else the checkout the working directory is in, else the working directory."""
+    """`$LENGTHPRED_HOME`, else the checkout the working directory is in, else the package's checkout, else
+    the working directory."""
     env = os.environ.get(HOME_ENV)
     if env:
         return Path(env).expanduser().resolve()
     cwd = Path.cwd()
-    return enclosing_checkout(cwd) or cwd.resolve()
+    return enclosing_checkout(cwd) or CHECKOUT or cwd.resolve()
 
 
 def data_dir() -> Path:
