@@ -25,7 +25,7 @@ from lengthpred.generate import GenerationSettings
 from lengthpred.generate.backends import BACKENDS
 from lengthpred.models.serving import load_causal_lm
 from lengthpred.models.specs import embedded_serving_spec
-from lengthpred.paths import DATA_DIR
+from lengthpred.paths import data_dir
 from lengthpred.prompting import encode_prompt
 
 BUILTIN = [
@@ -37,7 +37,7 @@ BUILTIN = [
 
 
 def prompts(n: int, tokenizer, data: str = "demo") -> list[list[int]]:
-    d = DATA_DIR / "splits" / data / "prompts"
+    d = data_dir() / "splits" / data / "prompts"
     if d.is_dir():
         import datasets
 

@@ -19,7 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 from lengthpred.heads import HeadInput, LabeledSet, run_training
-from lengthpred.paths import REPO_ROOT
+from lengthpred.paths import data_dir
 from lengthpred.stages.heads import head_file
 
 FEATURE_HEADS = ["constant", "prompt_len", "domain_median", "linear", "egtp", "estp", "probe"]
@@ -55,7 +55,7 @@ def demo_texts(n: int) -> list[str]:
     from lengthpred.data import load_prompts
     from lengthpred.heads.assemble import prompt_text
 
-    data_cfg = OC.create({"name": "demo", "out_dir": str(REPO_ROOT / "data" / "splits" / "demo")})
+    data_cfg = OC.create({"name": "demo", "out_dir": str(data_dir() / "splits" / "demo")})
     prompts = load_prompts(data_cfg)
     return [prompt_text(r["messages"]) for r in prompts.select(range(n))]
 

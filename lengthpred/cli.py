@@ -19,7 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import ConfigError, LengthpredError
-from lengthpred.paths import REPO_ROOT, default_datasets_root
+from lengthpred.paths import REPO_ROOT, default_datasets_root, home, reference_dir
 from lengthpred.stages.heads import register_head_params
 from lengthpred.stages.shards import parse_shard
 from lengthpred.stages.validate import validate
@@ -29,9 +29,14 @@ __all__ = ["parse_shard", "register_resolvers", "stage"]
 
 
 def register_resolvers() -> None:
-    """`${lp.repo:}` and `${lp.datasets_root:}` so configs work from any working directory."""
+    """`${lp.home:}` (where runs write), `${lp.repo:}` (the checkout), `${lp.reference_dir:<data_dir>}` and
+    `${lp.datasets_root:}`: lengthpred.paths, so configs work from any working directory."""
+    if not OmegaConf.has_resolver("lp.home"):
+        OmegaConf.register_new_resolver("lp.home", lambda: str(home()))
     if not OmegaConf.has_resolver("lp.repo"):
         OmegaConf.register_new_resolver("lp.repo", lambda: str(REPO_ROOT))
+    if not OmegaConf.has_resolver("lp.reference_dir"):
+        OmegaConf.register_new_resolver("lp.reference_dir", lambda data: str(reference_dir(data)))
     if not OmegaConf.has_resolver("lp.datasets_root"):
         OmegaConf.register_new_resolver("lp.datasets_root", lambda: str(default_datasets_root()))
 

@@ -6,10 +6,13 @@
 - `SplitName(kind, name, part)` ↔ a predictions file's `split` (docs/DESIGN.md "Predictions file"):
   `indomain/<domain>/<part>` (`<domain>` may be `all`, every domain pooled), `cross/<S>-><T>/<part>`,
   `forelen/<subset>`.
+- `rls_name(λ)` ↔ `forgetting_of(name)`: an online RLS head, `rls@<λ>` (`rls@1`, `rls@0.999`); `rls@<λ>+mean` is
+  its mean-label oracle and `rls@val` the head whose λ was chosen on the stream's validation requests.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -51,6 +54,42 @@ class FeatureKey:
         if not str(name).startswith(HS) or not dot or not pool or not layer.isdigit():
             raise ConfigError(f"feature {name!r} is not of the form hs.L<layer>.<pooling> (e.g. hs.L20.last)")
         return cls(int(layer), pool)
+
+
+RLS_PREFIX = "rls@"
+SELECTED_RLS = "rls@val"  # the online stage's RLS head with λ chosen on the stream's validation requests
+MEAN_SUFFIX = "+mean"
+
+
+def rls_name(forgetting: float) -> str:
+    """`rls@1`, `rls@0.999`: an RLS head with forgetting factor λ, in curves, predictions and cost files."""
+    return f"{RLS_PREFIX}{float(forgetting):g}"
+
+
+def mean_oracle_name(forgetting: float) -> str:
+    """`rls@1+mean`: RLS updated with the mean of each prompt's samples (an oracle no server has)."""
+    return f"{rls_name(forgetting)}{MEAN_SUFFIX}"
+
+
+def forgetting_of(head: str) -> float:
+    """`rls@0.99` → 0.99; anything else (`rls@val`, `rls@1+mean`, `static`) a ConfigError."""
+    name = str(head)
+    try:
+        lam = float(name.removeprefix(RLS_PREFIX)) if name.startswith(RLS_PREFIX) else math.nan
+    except ValueError:
+        lam = math.nan
+    if not math.isfinite(lam):
+        raise ConfigError(f"{head!r} is not an rls@<λ> head")
+    return lam
+
+
+def is_rls(head: str) -> bool:
+    """Whether `head` is a plain `rls@<λ>` head (not `rls@val`, not `rls@<λ>+mean`)."""
+    try:
+        forgetting_of(head)
+    except ConfigError:
+        return False
+    return True
 
 
 def pair_name(source: str, target: str) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from lengthpred.errors import LengthpredError
 from lengthpred.eval.inputs import read_sched
 from lengthpred.integrity import atomic_write_text, folder_lock, tree_digest
-from lengthpred.paths import REPO_ROOT, default_datasets_root
+from lengthpred.paths import HOME_ENV, REPO_ROOT, default_datasets_root, home
 from lengthpred.sched.sweep.summary import short_t5
 from lengthpred.stages.locations import experiment_dir
 from lengthpred.stages.outputs import OUTPUTS, read_outputs
@@ -206,7 +207,8 @@ def _run_stages(cfg: DictConfig, overrides: list[str], exp_dir: Path) -> None:
         cmd = [sys.executable, str(REPO_ROOT / "scripts" / script), *args, *user, where]
 
         def run(_out, cmd=cmd, name=name):
-            r = subprocess.run(cmd, cwd=REPO_ROOT)
+            # the stages run in the checkout but write where this process does (lengthpred.paths.home)
+            r = subprocess.run(cmd, cwd=REPO_ROOT, env=os.environ | {HOME_ENV: str(home())})
             if r.returncode != 0:
                 raise LengthpredError(f"stage {name} failed (exit {r.returncode}): {' '.join(cmd[1:])}")
 

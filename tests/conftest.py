@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
 import lengthpred.cli  # noqa: F401  (registers the ${lp.*} resolvers)
-from lengthpred.paths import REPO_ROOT, default_datasets_root
+from lengthpred.paths import REPO_ROOT, data_dir, default_datasets_root
 
 CONF_DIR = str(REPO_ROOT / "conf")
 
@@ -77,7 +77,7 @@ def pytest_collection_modifyitems(config, items):
 def demo_splits_dir(tmp_path_factory) -> Path:
     """The demo splits: the prepared ones under data/splits/demo, else built once from the datasets (≈10 s, as
     in CI). Tests using it need the `datasets` marker."""
-    built = REPO_ROOT / "data" / "splits" / "demo"
+    built = data_dir() / "splits" / "demo"
     if (built / "splits.json").is_file():
         return built
     from lengthpred.stages.data import prepare

@@ -10,7 +10,18 @@ from omegaconf import OmegaConf
 
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.features import FeatureSettings
-from lengthpred.names import POOLED_DOMAIN, FeatureKey, SplitName, hidden_name, pair_name
+from lengthpred.names import (
+    POOLED_DOMAIN,
+    SELECTED_RLS,
+    FeatureKey,
+    SplitName,
+    forgetting_of,
+    hidden_name,
+    is_rls,
+    mean_oracle_name,
+    pair_name,
+    rls_name,
+)
 
 
 @pytest.mark.parametrize("name", ["hs.L0.last", "hs.L20.mean", "hs.L2.fused_mix0.5", "hs.L31.fused_prod"])
@@ -113,3 +124,13 @@ def test_the_split_names_the_stages_write_parse():
     assert "indomain/all/test" in names and "cross/chat->math/stream_val" in names
     assert [str(p) for p in parsed] == names
     assert SplitName.parse(POOLED_TEST) == SplitName.indomain("*", "test")  # a glob over the domains
+
+
+def test_rls_names_round_trip_and_anything_else_is_refused():
+    for lam in (1.0, 0.999, 0.99, 0.95):
+        assert forgetting_of(rls_name(lam)) == lam and is_rls(rls_name(lam))
+    assert rls_name(1.0) == "rls@1" and mean_oracle_name(0.99) == "rls@0.99+mean"
+    for other in (SELECTED_RLS, mean_oracle_name(1.0), "static", "rls@", "rls@nan", "xrls@1"):
+        assert not is_rls(other)
+        with pytest.raises(ConfigError, match="is not an rls@<λ> head"):
+            forgetting_of(other)

@@ -13,10 +13,10 @@ import subprocess
 
 import pytest
 
-from lengthpred.paths import REPO_ROOT
+from lengthpred.paths import REPO_ROOT, data_dir
 
 VENV_PY = REPO_ROOT / ".venv-vllm" / "bin" / "python"
-CKPT = REPO_ROOT / "data" / "models" / "smollm2-135m"
+CKPT = data_dir() / "models" / "smollm2-135m"
 PROBE = """
 import json
 import sys

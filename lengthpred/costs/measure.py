@@ -30,9 +30,9 @@ from lengthpred.features.settings import FeatureSettings
 from lengthpred.heads.base import HeadInput, load_head
 from lengthpred.heads.binned import torch_threads
 from lengthpred.integrity import temp_path
-from lengthpred.names import FeatureKey, hidden_name
-from lengthpred.online.config import rls_name
+from lengthpred.names import FeatureKey, hidden_name, rls_name
 from lengthpred.prompting import encode_prompt
+from lengthpred.settings import settings_from
 
 log = logging.getLogger(__name__)
 CLOCKS = ("cpu", "wall")
@@ -84,14 +84,7 @@ class CostSettings:
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | None) -> CostSettings:
         """From the `costs` config group (absent: defaults); `name`/`experiment_dir` are read elsewhere."""
-        d = {k: v for k, v in dict(cfg or {}).items() if k not in ("name", "experiment_dir")}
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"costs: unknown keys {unknown}; known: {sorted(known)}")
-        if d.get("heads") is not None:
-            d["heads"] = tuple(d["heads"])
-        return cls(**d)
+        return settings_from(cls, cfg, group="costs", skip=("name", "experiment_dir"))
 
 
 @dataclass

@@ -31,7 +31,8 @@ from lengthpred.data.trace import build_from_trace, expand_paths, length_stat
 from lengthpred.errors import DataError
 from lengthpred.integrity import atomic_write_text, file_digest, locked, sweep_stale_temps, temp_path, tree_digest
 from lengthpred.models import serving_tokenizer
-from lengthpred.paths import DATA_DIR, resolve
+from lengthpred.paths import data_dir as home_data_dir
+from lengthpred.paths import resolve
 from lengthpred.prompting import encode_prompt
 
 log = logging.getLogger("lengthpred.data")
@@ -51,7 +52,7 @@ def splits_dir(data_cfg: Mapping[str, Any], data_dir: str | Path | None = None) 
         return resolve(data_dir) / "splits" / str(data_cfg["name"])
     if data_cfg.get("out_dir"):
         return resolve(str(data_cfg["out_dir"]))
-    return DATA_DIR / "splits" / str(data_cfg["name"])
+    return home_data_dir() / "splits" / str(data_cfg["name"])
 
 
 STAMP = "build.json"  # what a prepared set was built from (config, input contents, code) and its outputs' digests

@@ -31,7 +31,7 @@ def length_stat(name: str) -> Callable[[Sequence[int]], float]:
 
 
 def _locate(spec: str) -> Path:
-    """A relative path means the working directory when something is there, else the repo root."""
+    """A relative path means the working directory when something is there, else the home (lengthpred.paths)."""
     p = Path(spec).expanduser()
     if p.is_absolute():
         return p

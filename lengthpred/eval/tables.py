@@ -16,7 +16,7 @@ import pandas as pd
 from lengthpred.eval.render import Cell, Column, Table
 from lengthpred.eval.results import CEILING_HEAD, SPLIT_HEAD
 from lengthpred.metrics import METRICS, is_undefined
-from lengthpred.names import POOLED_DOMAIN, SplitName, pair_name
+from lengthpred.names import POOLED_DOMAIN, SELECTED_RLS, SplitName, forgetting_of, is_rls, pair_name
 from lengthpred.seeds import seed_metric_name
 
 # heads written by the online stage (scripts/adapt.py): kept out of T1/T2/T4, compared in T3
@@ -209,14 +209,8 @@ def table_t2(df: pd.DataFrame, metric: str = "spearman", part: str = "test") -> 
 def _online_order(head: str) -> tuple[int, float, str]:
     """RLS heads first (λ descending), then the other online baselines, then the upper bounds."""
     if head.startswith("rls"):
-        try:
-            return 0, -float(head.split("@", 1)[1]), head
-        except (IndexError, ValueError):
-            return 0, 0.0, head
+        return 0, (-forgetting_of(head) if is_rls(head) else 0.0), head
     return (2 if head.startswith(("oracle", "indomain")) else 1), 0.0, head
-
-
-SELECTED_RLS = "rls@val"  # the online stage's RLS head with λ chosen on the stream's validation requests
 
 
 def table_t3(
@@ -237,7 +231,7 @@ def table_t3(
     online = sorted(
         (h for h in ix.heads(cross) if re.match(ONLINE_HEADS, h) and h != baseline), key=_online_order
     )
-    rls = [h for h in online if re.match(r"^rls@[0-9.]+$", h)]
+    rls = [h for h in online if is_rls(h)]
     chosen = SELECTED_RLS if SELECTED_RLS in online else (rls[0] if len(rls) == 1 else None)
     kind = _KIND.get(metric, "float")
     cols = (

@@ -37,7 +37,7 @@ from lengthpred.features.store import (
 )
 from lengthpred.integrity import locked, sweep_stale_temps
 from lengthpred.names import FeatureKey, hidden_name
-from lengthpred.paths import DATA_DIR, REPO_ROOT
+from lengthpred.paths import REPO_ROOT, data_dir
 from lengthpred.prompting import encode_prompt
 
 log = logging.getLogger(__name__)
@@ -269,7 +269,7 @@ def extract_features(
     p_hash = prompts_hash(records)
     key = cache_key(settings, ident, p_hash)
     if out_dir is None:
-        out_dir = DATA_DIR / "features" / Path(str(model_name)).name / key
+        out_dir = data_dir() / "features" / Path(str(model_name)).name / key
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     i, n = shard

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lengthpred.errors import ConfigError
+from lengthpred.settings import settings_from
 
 POOLS = ("last", "mean", "entropy", "attn")
 OVERFLOWS = ("reject", "truncate")
@@ -126,18 +127,7 @@ class FeatureSettings:
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any]) -> FeatureSettings:
         """From the `features` config group; `name` is ignored, unknown keys are a config error."""
-        d = {k: v for k, v in dict(cfg).items() if not str(k).startswith("_") and k != "name"}
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ConfigError(f"features: unknown keys {unknown}; known: {sorted(names)}")
-        for k in ("pools", "fused", "token_layers"):
-            if k in d and d[k] is not None and not isinstance(d[k], str):
-                d[k] = tuple(d[k])
-        for k in ("layers", "attn_layers"):
-            if k in d and d[k] is not None and not isinstance(d[k], str):
-                d[k] = tuple(d[k])
-        return cls(**d)
+        return settings_from(cls, cfg, group="features", skip=("name",))
 
     @property
     def needs_attention(self) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -10,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lengthpred.errors import ConfigError
+from lengthpred.settings import settings_from
 
 BACKEND_NAMES = ("cb", "static", "vllm")
 OVERFLOWS = ("reject", "truncate")
@@ -61,14 +61,7 @@ class GenerationSettings:
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any]) -> GenerationSettings:
         """From the `generate` config group; unknown keys are a config error naming them."""
-        d = {k: v for k, v in dict(cfg).items() if not str(k).startswith("_") and k not in NOT_SETTINGS}
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ConfigError(f"generate: unknown keys {unknown}; known: {sorted(names)}")
-        if d.get("engine_args") is not None:
-            d["engine_args"] = dict(d["engine_args"])
-        return cls(**d)
+        return settings_from(cls, cfg, group="generate", skip=NOT_SETTINGS)
 
     @property
     def do_sample(self) -> bool:

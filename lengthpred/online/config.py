@@ -1,4 +1,4 @@
-"""Names of the stream heads (`rls@λ`, `rls@λ+mean`) and the ridge alpha of a source fit.
+"""The ridge alpha of a source fit (the stream heads' names, `rls@λ`, are in `lengthpred.names`).
 
 The heads and completion model of a config are built in `lengthpred.stages.adapt`."""
 
@@ -7,16 +7,6 @@ from __future__ import annotations
 import numpy as np
 from sklearn.linear_model import RidgeCV
 from sklearn.preprocessing import StandardScaler
-
-
-def rls_name(forgetting: float) -> str:
-    """`rls@1`, `rls@0.999`: the head name in curves and predictions files."""
-    return f"rls@{float(forgetting):g}"
-
-
-def mean_oracle_name(forgetting: float) -> str:
-    """`rls@1+mean`: RLS updated with the mean of each prompt's samples (an oracle no server has)."""
-    return f"{rls_name(forgetting)}+mean"
 
 
 def select_alpha(X: np.ndarray, y: np.ndarray, alphas: list[float]) -> float:

@@ -25,19 +25,20 @@ Writes into `out_dir`:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.names import PAIR_SEP
-from lengthpred.online.config import mean_oracle_name, rls_name, select_alpha
+from lengthpred.names import PAIR_SEP, forgetting_of, mean_oracle_name, rls_name
+from lengthpred.online.config import select_alpha
 from lengthpred.online.curves import labels_seen_curves
 from lengthpred.online.pairs import (
     gains_table,
@@ -48,9 +49,10 @@ from lengthpred.online.pairs import (
     select_pairs,
 )
 from lengthpred.online.plots import plot_curves, plot_delta_grid, plot_delta_summary, plot_gain_vs_shift
-from lengthpred.online.select import SELECTED, choose_forgetting, forgetting_of, with_selected
+from lengthpred.online.select import SELECTED, choose_forgetting, with_selected
 from lengthpred.online.stream import HeadSpec
 from lengthpred.online.summary import ALL, per_target_summary
+from lengthpred.settings import settings_from
 from lengthpred.targets import target_frame
 
 log = logging.getLogger(__name__)
@@ -92,16 +94,15 @@ class AdaptSettings:
     confidence: float
     seed: int = 0
 
+    # keys of the `online` group read by the stage (lengthpred.stages.adapt), not by the experiment
+    STAGE_KEYS: ClassVar[tuple[str, ...]] = ("name", "trace_cap", "blas_threads", "baselines", "completion")
+
     @classmethod
     def from_mapping(cls, online: Mapping[str, Any], seed: int = 0) -> AdaptSettings:
-        """From the (resolved) `online` group: the fields above, other keys (heads, completion) left out."""
-        d = {k: online[k] for k in cls.__dataclass_fields__ if k != "seed"}
-        for k in ("forgetting", "alphas", "stream_parts"):
-            d[k] = tuple(d[k] or ())
-        d["pairs"] = tuple(d["pairs"]) if d["pairs"] else None
-        if not isinstance(d["stream_seeds"], int | float) or isinstance(d["stream_seeds"], bool):
-            d["stream_seeds"] = tuple(d["stream_seeds"])
-        return cls(**d, seed=int(seed))
+        """From the (resolved) `online` group: the fields above; `STAGE_KEYS` left out, any other key an error."""
+        s = settings_from(cls, online, group="online", skip=cls.STAGE_KEYS, seed=int(seed))
+        return dataclasses.replace(s, forgetting=tuple(s.forgetting or ()), alphas=tuple(s.alphas or ()),
+                                   stream_parts=tuple(s.stream_parts or ()), pairs=s.pairs or None)
 
 
 def run_adaptation(

@@ -22,19 +22,12 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.errors import ConfigError
+from lengthpred.names import SELECTED_RLS, forgetting_of
 from lengthpred.online.stream import StreamResult
 
 log = logging.getLogger(__name__)
 
-SELECTED = "rls@val"
-
-
-def forgetting_of(head: str) -> float:
-    """`rls@0.99` → 0.99."""
-    try:
-        return float(head.split("@", 1)[1])
-    except (IndexError, ValueError) as e:
-        raise ConfigError(f"{head!r} is not an rls@<λ> head") from e
+SELECTED = SELECTED_RLS
 
 
 def choose_forgetting(summary: pd.DataFrame, candidates: Sequence[str], metric: str = "val_spearman") -> str:

@@ -18,8 +18,8 @@ from threadpoolctl import threadpool_limits
 
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.errors import ConfigError
+from lengthpred.names import mean_oracle_name, rls_name
 from lengthpred.online import experiment
-from lengthpred.online.config import mean_oracle_name, rls_name
 from lengthpred.online.rls import RLSRegressor
 from lengthpred.online.stream import HeadSpec
 from lengthpred.stages.features import ensure_features

@@ -7,7 +7,7 @@ Outputs (git-ignored), from `conf/paths/default.yaml`:
 
 Artefacts under `paths.data_dir` (docs/DESIGN.md "Artefacts"): the prepared prompt set
 (`splits/<data.name>/`), merged generations (`generations/<model>/<data>/<settings-hash>/`), the committed
-reference trace (`reference/<model>/<data>.jsonl`) and feature stores (`features/<model>/<cache-key>/`,
+reference trace (`paths.reference_dir`: `reference/<model>/<data>.jsonl`) and feature stores (`features/<model>/<cache-key>/`,
 `lengthpred.stages.features.feature_dir`).
 """
 
@@ -34,9 +34,15 @@ def data_dir(cfg: Any) -> Path:
     return resolve(str(cfg.paths.data_dir))
 
 
+def reference_dir(cfg: Any) -> Path:
+    """`paths.reference_dir`: the committed reference traces (`<data_dir>/reference` in a config without it)."""
+    ref = cfg.paths.get("reference_dir")
+    return resolve(str(ref)) if ref else data_dir(cfg) / "reference"
+
+
 def reference_path(cfg: Any) -> Path:
-    """`<data_dir>/reference/<model>/<data>.jsonl`: the committed reference trace of a composed config."""
-    return data_dir(cfg) / "reference" / str(cfg.model.name) / f"{cfg.data.name}.jsonl"
+    """`<reference_dir>/<model>/<data>.jsonl`: the committed reference trace of a composed config."""
+    return reference_dir(cfg) / str(cfg.model.name) / f"{cfg.data.name}.jsonl"
 
 
 def generations_dir(cfg: Any, settings: GenerationSettings | None = None) -> Path:

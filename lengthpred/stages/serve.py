@@ -29,8 +29,8 @@ from lengthpred.data import load_prompts, load_splits
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.models import load_tokenizer
 from lengthpred.models.serving import checkpoint_dir, load_causal_lm
-from lengthpred.names import FeatureKey, SplitName
-from lengthpred.online.config import rls_name, select_alpha
+from lengthpred.names import FeatureKey, SplitName, rls_name
+from lengthpred.online.config import select_alpha
 from lengthpred.online.rls import RLSRegressor
 from lengthpred.prompting import encode_prompt
 from lengthpred.sched.core.hardware import get_profile
@@ -90,6 +90,8 @@ def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
     if source not in ("engine", "worker"):
         raise ConfigError(f"serve.predictor.source={source!r}; valid: engine, worker")
     live = sc.predictor.kind == "rls" and sc.predictor.features == "live" and bool(predicting)
+    if sc.predictor.kind == "rls" and predicting:
+        readout_key(sc)
     if aging and live and source == "engine":
         raise ConfigError(f"serve.policies {aging}: an aging policy re-keys waiting requests by their prediction, "
                           "which the engine readout makes only during their prefill; use serve.predictor.source=worker")
@@ -157,6 +159,18 @@ def predictor_source(sc: Any) -> str:
     return str(sc.predictor.get("source", "worker"))
 
 
+def readout_key(sc: Any) -> FeatureKey:
+    """The feature the served RLS readout reads: `serve.predictor.layer` / `pooling` (= `readout.*`). Both of
+    its sources (serve.featurize, serve.engine_readout) read the prompt's last-token state; runs stored before
+    `pooling` existed read `last`."""
+    pc = sc.predictor
+    key = FeatureKey(int(pc.layer), str(pc.get("pooling", "last")))
+    if key.pool != "last":
+        raise ConfigError(f"serve.predictor.pooling={key.pool!r}: the serving readout reads the prompt's last-token "
+                          "state only; set readout.pooling=last (or head.pooling=last), or serve.predictor.kind=stored")
+    return key
+
+
 def reads_engine_prefill(cfg: DictConfig) -> bool:
     """Whether the run's live readout reads the engine's own prefill (the engine then captures states)."""
     pc, sc = cfg.serve.predictor, cfg.serve
@@ -185,7 +199,7 @@ def make_engine(cfg: DictConfig, state: Callable[[list[int]], np.ndarray] | None
     engine = VLLMEngine(checkpoint_dir(spec), dtype=str(ec.dtype), max_model_len=int(ec.max_model_len),
                         max_num_seqs=int(ec.max_num_seqs), max_num_batched_tokens=int(ec.max_num_batched_tokens),
                         seed=int(ec.seed), temperature=float(ec.temperature), top_p=float(ec.top_p),
-                        engine_args=args, capture_layer=int(cfg.serve.predictor.layer) if in_engine else None,
+                        engine_args=args, capture_layer=readout_key(cfg.serve).layer if in_engine else None,
                         prefix_caching=in_engine)
     return engine, WallClock()
 
@@ -247,8 +261,9 @@ def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, 
     pc = cfg.serve.predictor
     spec = instantiate(cfg.model)
     model, _ = load_causal_lm(spec)
-    f = PrefillFeaturizer(model, int(pc.layer), threads=pc.threads)
-    path = Path(pc.cache_dir) / f"{cfg.model.name}-{spec.dtype}-{FeatureKey(int(pc.layer), 'last')}.npz"
+    key = readout_key(cfg.serve)
+    f = PrefillFeaturizer(model, key.layer, threads=pc.threads)
+    path = Path(pc.cache_dir) / f"{cfg.model.name}-{spec.dtype}-{key}.npz"
     feat = CachedFeaturizer(f, path)
     ids = [i for i in split_ids(splits, pc.fit_split) if i in targets.index]
     tokens = encode_ids(cfg, prompts, ids, tokenizer)
@@ -256,7 +271,7 @@ def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, 
     y = targets.loc[ids, "target"].to_numpy(float)
     alpha = select_alpha(X, y, list(pc.alphas))
     est = RLSRegressor(alpha, forgetting=float(pc.forgetting)).fit(X, y)
-    log.info("RLS readout warm-started on %d %s prompts (layer %d, alpha %g)", len(ids), pc.fit_split, pc.layer, alpha)
+    log.info("RLS readout warm-started on %d %s prompts (%s, alpha %g)", len(ids), pc.fit_split, key, alpha)
     return feat, est
 
 

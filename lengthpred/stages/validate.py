@@ -118,6 +118,9 @@ RULES: dict[str, Rule] = {
     "features.limit": integer(1, null=True),
     "head.layer": integer(0, null=True),
     "head.layers": each(integer(0)),  # the concat head's columns (stages.heads.feature_names)
+    "readout.layer": integer(0),
+    "readout.alphas": each(number(0, lo_open=True)),
+    "readout.forgetting": each(number(0, 1, lo_open=True)),
     "head.n_seeds": integer(1, null=True),
     "online.confidence": FRACTION_OPEN,
     "online.n_boot": integer(1),
@@ -231,6 +234,18 @@ def check_head(hcfg: Mapping[str, Any] | None) -> None:
             raise ConfigError(f"head.select.{k}={v!r}: must be a non-empty list of candidates")
 
 
+def check_readout(cfg: Any) -> None:
+    """With head=linear or head=probe the readout follows the head (conf/readout/head.yaml): a `readout.layer`
+    or `readout.pooling` set apart from the head's would train one feature and adapt, serve and time another."""
+    readout, head = _value(cfg, "readout"), _value(cfg, "head")
+    if readout is _ABSENT or head is _ABSENT or not readout.get("follows_head"):
+        return
+    for k in ("layer", "pooling"):
+        if readout.get(k) != head.get(k):
+            raise ConfigError(f"readout.{k}={readout.get(k)!r} but head.{k}={head.get(k)!r}: this head is the "
+                              f"readout (online, serve and costs follow it), so set head.{k} instead")
+
+
 def logger_mode(lcfg: Mapping[str, Any] | None) -> str:
     """The W&B mode a run uses: `logger.mode` (no logger group: disabled), overridden by `WANDB_MODE` (W&B's
     own variable) unless the config turned tracking off; `WANDB_MODE=disabled` always turns it off."""
@@ -278,5 +293,6 @@ def validate(cfg: Any, script: str | None = None) -> None:
     check_logger(cfg)
     head = _value(cfg, "head")
     check_head(None if head is _ABSENT else head)
+    check_readout(cfg)
     if script in SCRIPT_CHECKS:
         SCRIPT_CHECKS[script](cfg)
