@@ -156,3 +156,18 @@ def test_the_stages_write_the_choice_that_the_pooling_table_reads(trace_run):  #
     cfg3 = trace_run("linear", *TOKENS, "sweep=pooling_heads", "sweep.heads=[linear]", "sweep.reference_head=probe")
     with pytest.raises(ConfigError, match="reference_head"):
         sweep_poolings(cfg3, cfg3.paths.output_dir)
+
+
+def test_a_late_layer_attention_form_is_one_override_and_extracts_only_what_the_table_reads(trace_run):  # noqa: F811
+    from lengthpred.stages.readout_sweep import sweep_poolings
+
+    cfg = trace_run("linear", "features.pools=[last,attn]", "features.fused=[]", "features.attn_layers=[1]",
+                    "sweep=pooling_heads", "sweep.heads=[linear]", "sweep.poolings=[last,attn]", "sweep.layers=[2]",
+                    "sweep.n_boot=20")
+    rows, diffs = sweep_poolings(cfg, cfg.paths.output_dir)
+    assert list(rows["pooling"]) == ["last", "attn"] and list(diffs["pooling"]) == ["attn"]
+    from lengthpred.data import load_prompts
+    from lengthpred.stages.features import ensure_features
+
+    fs = ensure_features(cfg, load_prompts(cfg.data), need=[(2, "last"), (2, "attn")])
+    assert fs.manifest["attn_layers"] == [1] and fs.manifest["layers"] == [2]  # a reduced store of its own
