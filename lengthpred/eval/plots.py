@@ -173,3 +173,52 @@ def latency_cdfs(lat: pd.DataFrame, path: str | Path, baseline: str = "fcfs") ->
         ax.tick_params(axis="x", labelrotation=45)
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return _save(fig, path)
+
+
+def _col(s: pd.Series) -> np.ndarray:
+    return pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)  # undefined → NaN, drawn as a gap
+
+
+def layer_curves(df: pd.DataFrame, choice: dict, path: str | Path, title: str = "") -> Path | None:
+    """One panel per head: validation Spearman (mean over seeds: what the layer is chosen on) and test
+    Spearman (first seed, with its 95% bootstrap band; the seed mean dotted where a cell has several
+    seeds) against the layer, the validation-chosen layer marked by a vertical line (`choice`:
+    lengthpred.heads.layer_choice.choose_layers). Layers whose score is undefined are named in the panel."""
+    heads = sorted(df["head"].unique())
+    if not heads:
+        return None
+    fig, axes = _grid(len(heads), 3.8, cols=len(heads))
+    for ax, h in zip(axes, heads, strict=False):
+        g = df[df["head"] == h].sort_values("layer")
+        x = g["layer"].to_numpy()
+        seeds = int(g["n_seeds"].max()) if "n_seeds" in g else 1
+        ax.plot(x, _col(g["val_spearman_seed_mean"]), color="tab:blue", marker="o", ms=2.5, lw=1.2,
+                label="validation (mean over seeds)")
+        ax.fill_between(x, _col(g["ci_low"]), _col(g["ci_high"]), color="tab:orange", alpha=0.2, lw=0,
+                        label="test 95% CI (first seed)")
+        ax.plot(x, _col(g["spearman"]), color="tab:orange", marker="o", ms=2.5, lw=1.2, label="test (first seed)")
+        if seeds > 1:
+            ax.plot(x, _col(g["spearman_seed_mean"]), color="tab:red", ls=":", lw=1.0,
+                    label="test (mean over seeds)")
+        c = choice.get(h)
+        if c is not None:
+            ax.axvline(c["layer"], color="k", ls="--", lw=0.9, label="chosen on validation")
+            ax.annotate(f"L{c['layer']}: val {c['val_spearman']:.3f}, test {c['test_spearman']:.3f}",
+                        xy=(c["layer"], 0.02), xycoords=("data", "axes fraction"), fontsize=7,
+                        ha="right" if c["layer"] > x.mean() else "left")
+        undefined = x[np.isnan(_col(g["spearman"]))]
+        if len(undefined):
+            ax.annotate(f"undefined at layer {', '.join(map(str, undefined))} (constant prediction)",
+                        xy=(0.02, 0.97), xycoords="axes fraction", fontsize=6.5, va="top")
+        fits = f"{seeds} seeds" if seeds > 1 else "one fit"
+        ax.set(title=f"{h} ({g['pooling'].iloc[0]} token, {fits})", xlabel="layer (hidden_states index)",
+               ylabel="Spearman")
+        ax.grid(alpha=0.3, lw=0.5)
+    shown = axes[: len(heads)]
+    lims = [a.get_ylim() for a in shown]
+    for a in shown:  # one y scale, so heads compare across panels
+        a.set_ylim(min(lo for lo, _ in lims), max(hi for _, hi in lims))
+    if title:
+        fig.suptitle(title, fontsize=9)
+    legend_outside(fig, axes)
+    return _save(fig, path)

@@ -20,22 +20,31 @@ from lengthpred.stages.targets import load_targets
 from lengthpred.targets import target_frame
 
 
-def sweep_features(cfg: Any, out_dir: str | Path) -> pd.DataFrame:
-    """Fit every cell of `cfg.sweep`; write `sweep.csv` and `sweep.md` into `out_dir` and return the rows."""
-    s = cfg.sweep
-    cells = grid(list(s.heads), list(s.layers), list(s.poolings))
+def sweep_inputs(cfg: Any, cells: list[tuple[str, int, str]]) -> dict[str, Any]:
+    """What `fit_cell` reads for these cells, loaded once: every refusal (a pooling or token layer the
+    features config omits) comes before the (possibly long) feature extraction."""
     settings = feature_settings(cfg)
-    for h, layer, pooling in cells:  # every refusal before the (possibly long) feature extraction
+    for h, layer, pooling in cells:
         token = HEADS.get(h).input_kind == "tokens"
         check_features_config(settings, None if token else str(FeatureKey(layer, pooling)), layer if token else None,
                               pooling)
     prompts = load_prompts(cfg.data)
-    by_id = {r["id"]: r for r in prompts}
-    targets = target_frame(load_targets(cfg, prompts=prompts))
-    features = ensure_features(cfg, prompts, need=[(layer, pooling) for _, layer, pooling in cells])
-    ids = indomain_ids(load_splits(cfg.data))
-    head_cfgs = {h: head_config(cfg, h) for h in dict.fromkeys(h for h, _, _ in cells)}
-    df = fit_cells(cells, head_cfgs, ids, by_id, targets, features, n_boot=int(s.n_boot), seed=int(cfg.seed))
+    return {
+        "head_cfgs": {h: head_config(cfg, h) for h in dict.fromkeys(h for h, _, _ in cells)},
+        "ids": indomain_ids(load_splits(cfg.data)),
+        "by_id": {r["id"]: r for r in prompts},
+        "targets": target_frame(load_targets(cfg, prompts=prompts)),
+        "features": ensure_features(cfg, prompts, need=[(layer, pooling) for _, layer, pooling in cells]),
+    }
+
+
+def sweep_features(cfg: Any, out_dir: str | Path) -> pd.DataFrame:
+    """Fit every cell of `cfg.sweep` (MLP cells over `sweep.n_seeds` seeds); write `sweep.csv` and
+    `sweep.md` into `out_dir` and return the rows."""
+    s = cfg.sweep
+    cells = grid(list(s.heads), list(s.layers), list(s.poolings))
+    df = fit_cells(cells, **sweep_inputs(cfg, cells), n_boot=int(s.n_boot), seed=int(cfg.seed),
+                   n_seeds=int(s.get("n_seeds") or 1))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "sweep.csv", index=False)

@@ -1,0 +1,32 @@
+"""Per-layer sweep of the readout heads: validation and test Spearman at every layer, the layer chosen on
+validation per head (`lengthpred.stages.readout_sweep.sweep_layers`).
+
+    .venv/bin/python scripts/sweep_layers.py experiment=demo sweep=layer_curve
+    .venv/bin/python scripts/sweep_layers.py experiment=bench sweep=layer_curve hydra.run.dir=outputs/bench/layers
+
+Writes layers.csv, layers.md, layer_choice.json (head → layer, read by scripts/sweep_poolings.py through
+sweep.layer_choice) and layer_curves.png into the run directory.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from lengthpred.cli import stage
+from lengthpred.heads.layer_choice import render_choice
+from lengthpred.stages.readout_sweep import sweep_layers
+from lengthpred.tracking import tracked
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@stage
+def main(cfg: DictConfig) -> None:
+    with tracked(cfg, "sweep_layers") as tracker:
+        df, choice = sweep_layers(cfg, cfg.paths.output_dir)
+        tracker.log_table("layers", list(df.columns), df.astype(str).values.tolist())
+    print(render_choice(choice, str(cfg.model.name), str(cfg.data.name)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""Pooling × head at one layer: every readout head on every pooling, with paired differences against the
+last token (same head) and against the reference head (same pooling)
+(`lengthpred.stages.readout_sweep.sweep_poolings`).
+
+    .venv/bin/python scripts/sweep_poolings.py experiment=demo sweep=pooling_heads \
+        sweep.layer_choice=outputs/demo/layers/layer_choice.json
+    .venv/bin/python scripts/sweep_poolings.py experiment=demo sweep=pooling_heads sweep.layers=[20]
+
+Writes poolings.csv, pooling_diffs.csv and poolings.md into the run directory.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from lengthpred.cli import stage
+from lengthpred.stages.readout_sweep import pooling_layer, render_poolings, sweep_poolings
+from lengthpred.tracking import tracked
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@stage
+def main(cfg: DictConfig) -> None:
+    with tracked(cfg, "sweep_poolings") as tracker:
+        df, diffs = sweep_poolings(cfg, cfg.paths.output_dir)
+        tracker.log_table("poolings", list(df.columns), df.astype(str).values.tolist())
+    print(render_poolings(df, diffs, cfg, pooling_layer(cfg.sweep)))
+
+
+if __name__ == "__main__":
+    main()
