@@ -114,14 +114,12 @@ def test_every_learned_head_declares_a_space_at_least_the_default_budget(name):
 def test_config_validation_refuses_a_space_below_the_budget_before_any_work():
     from lengthpred.stages.validate import check_head
 
-    hcfg = OmegaConf.create(
-        {
-            "params": {"_target_": "lengthpred.heads.EGTPHead"},
-            "select": {"binning": ["quantile", "uniform"]},
-            "search": {"budget": 8, "seed": 0, "subsample": None},
-        }
-    )
+    hcfg = {
+        "params": {"_target_": "lengthpred.heads.EGTPHead"},
+        "select": {"binning": ["quantile", "uniform"]},
+        "search": {"budget": 8, "seed": 0, "subsample": None},
+    }
     with pytest.raises(ConfigError, match=r"head 'egtp'.*fewer than search.budget=8"):
         check_head(hcfg)
-    hcfg.search.budget = 2
+    hcfg["search"]["budget"] = 2
     check_head(hcfg)
