@@ -17,7 +17,7 @@ from tests.conftest import compose_cfg
 CONF = REPO_ROOT / "conf"
 SKIP_GROUPS = {"hydra"}  # Hydra's own group: composed with every run, not an option of ours
 # keys a head config may hold besides `params` (the constructor's keywords), by what the head reads
-HEAD_KEYS = {"params", "select", "n_seeds"}
+HEAD_KEYS = {"params", "select", "search", "n_seeds"}
 FEATURE_KEYS = {"layer", "layers", "pooling"}  # layers: the concat head's columns
 
 

@@ -84,7 +84,7 @@ def tiny_experiment(tmp_path_factory, one_torch_thread, tiny_encoder):  # noqa: 
     prepare(compose_cfg(base, tmp))
     for head, extra in FEATURE_HEADS.items():
         train("train", head, extra)
-    proxy = [f"head.params.encoder={tiny_encoder}", "head.params.epochs=1", "head.params.max_seq_len=24"]
+    proxy = [f"head.params.encoder={tiny_encoder}", "head.params.epochs=1", "head.params.max_seq_len=24", "head.select={}"]
     train("train_proxy", "proxy_reg", [*proxy, "head.params.progress=false"])
     return base, exp
 

@@ -32,6 +32,7 @@ from lengthpred.eval.results import (
     score_predictions,
     shift_rows,
 )
+from lengthpred.eval.selection import read_fits, resolve_paired_heads, selection_table
 from lengthpred.eval.tables import ONLINE_HEADS, build_tables
 from lengthpred.metrics import METRICS, is_undefined, paired_bootstrap
 from lengthpred.names import POOLED_DOMAIN, SplitName
@@ -174,7 +175,10 @@ def evaluate_run(
 ) -> pd.DataFrame:
     """Score every predictions file under a run/experiment dir into one tidy results frame. `paired_baselines`
     are compared with the heads of their own file; `paired_heads` with every head of every file, on
-    `paired_splits` (heads that share a test set are compared on the same resampled prompts)."""
+    `paired_splits` (heads that share a test set are compared on the same resampled prompts); `auto` among
+    `paired_heads` is the head best on validation (lengthpred.eval.selection)."""
+    # `auto`: the head best on validation, from the train runs' metrics.json, before any test row is read
+    paired_heads = resolve_paired_heads(paired_heads, root)
     files = find_predictions(root)
     if not files:
         raise DataError(f"no predictions.parquet under {root}; run scripts/train.py (or adapt.py) first")
@@ -285,6 +289,10 @@ def make_tables(
         options=options,
         online_targets=online_targets,
     )
+    if predictions_root is not None:
+        sel = selection_table(read_fits(predictions_root))
+        if sel is not None:
+            tables[sel.key] = sel
     out = TableOutputs(tables, {k: t.write(out_dir) for k, t in tables.items()})
     if not plot:
         return out

@@ -17,7 +17,8 @@ The MSE term is on lengths divided by max_length so that its weight means the sa
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import copy
+from collections.abc import Callable, Iterator
 from numbers import Integral, Real
 from typing import Any
 
@@ -28,7 +29,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
 from lengthpred.distributions import Histogram
-from lengthpred.heads.base import HEADS, BaseHead, Points, check_targets
+from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
+from lengthpred.metrics import spearman_or_nan
 
 
 @contextlib.contextmanager
@@ -111,6 +113,9 @@ class BinnedMLPHead(BaseHead):
         "decode": [StrOptions({"expected", "argmax"})],
         "random_state": [Interval(Integral, 0, None, closed="left")],
         "n_threads": [Interval(Integral, 1, None, closed="left")],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
     }
 
     def __init__(
@@ -132,6 +137,9 @@ class BinnedMLPHead(BaseHead):
         decode: str = "expected",
         random_state: int = 0,
         n_threads: int = 1,
+        early_stopping: bool = False,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
     ) -> None:
         self.hidden = hidden
         self.n_bins = n_bins
@@ -149,18 +157,58 @@ class BinnedMLPHead(BaseHead):
         self.decode = decode
         self.random_state = random_state
         self.n_threads = n_threads
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
 
     # -- fitting -----------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> BinnedMLPHead:
-        """Fresh model, `epochs` passes over (X, y)."""
+        """Fresh model, `epochs` passes over (X, y); with `early_stopping` at most `epochs` (see `_run_epochs`)."""
         self._validate_params()
         X = validate_data(self, X, dtype=np.float32)
         y = check_targets(y, len(X))
-        self._init_state(X, y)
+        fit_rows, held = self._held_out_rows(len(X))
+        Xf, yf = X[fit_rows], y[fit_rows]
+        self._init_state(Xf, yf)
         with torch_threads(self.n_threads):
-            for _ in range(self.epochs):
-                self._epoch(X, y)
+            self._run_epochs(lambda: self._epoch(Xf, yf), None if held is None else (X[held], y[held]))
         return self
+
+    def _held_out_rows(self, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(rows trained on, rows held out for early stopping or None): a seeded `validation_fraction` of
+        the training rows, as sklearn's MLP does; the bins are fitted on the rows trained on."""
+        if not self.early_stopping:
+            return np.arange(n), None
+        n_held = max(2, int(round(self.validation_fraction * n)))
+        if n - n_held < 2:
+            raise HeadInputError(f"early_stopping: {n} training rows leave too few after holding out {n_held}")
+        perm = np.random.default_rng(self.random_state).permutation(n)
+        return np.sort(perm[n_held:]), np.sort(perm[:n_held])
+
+    def _run_epochs(self, epoch: Callable[[], None], held: tuple[Any, np.ndarray] | None) -> None:
+        """`epochs` passes; with a held-out set (X, y), stop after `n_iter_no_change` epochs without a better
+        held-out Spearman and restore the best epoch's weights (`best_epoch_`, `validation_scores_`)."""
+        self.validation_scores_: list[float] = []
+        best, best_state, stale = -np.inf, None, 0
+        for _ in range(self.epochs):
+            epoch()
+            if held is None:
+                continue
+            rho = spearman_or_nan(held[1], self.predict(held[0]))
+            self.validation_scores_.append(rho)
+            if np.isfinite(rho) and rho > best:
+                best, stale, self.best_epoch_ = rho, 0, self.n_epochs_
+                best_state = copy.deepcopy(self.module_.state_dict())
+            else:
+                stale += 1
+                if stale >= self.n_iter_no_change:
+                    break
+        if best_state is not None:
+            self.module_.load_state_dict(best_state)
+            self._restored()
+
+    def _restored(self) -> None:
+        """Hook after the best epoch's weights are restored (state kept outside `module_`)."""
 
     def partial_fit(self, X: Any, y: Any) -> BinnedMLPHead:
         """One pass over (X, y), continuing the current model (initialised from this batch if unfitted)."""
@@ -354,5 +402,8 @@ class ProbeHead(BinnedMLPHead):
         decode: str = "expected",
         random_state: int = 0,
         n_threads: int = 1,
+        early_stopping: bool = False,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
     ) -> None:
         super().__init__(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})

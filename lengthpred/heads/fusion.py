@@ -20,6 +20,7 @@ units of the initial spread, which is tiny when the initial pooling sits on toke
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from numbers import Integral, Real
@@ -114,6 +115,12 @@ class _Tokens:
     def __len__(self) -> int:
         return len(self.h)
 
+    def take(self, idx: Sequence[int]) -> _Tokens:
+        """The prompts `idx`, sharing this set's tensors."""
+        out = copy.copy(self)
+        out.h, out.zh, out.za = ([v[i] for i in idx] for v in (self.h, self.zh, self.za))
+        return out
+
     def batch(self, idx: Sequence[int]) -> tuple[torch.Tensor, ...]:
         """Right-padded [b, T, d] states, [b, T] z-scores and the [b, T] real-token mask."""
         t = max(len(self.h[i]) for i in idx)
@@ -165,6 +172,9 @@ class ESTPLearnedHead(BinnedMLPHead):
         decode: str = "expected",
         random_state: int = 0,
         n_threads: int = 1,
+        early_stopping: bool = False,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
         alpha_init: float = 0.5,
         temperature_init: float = 1.0,
         learn_temperature: bool = True,
@@ -176,7 +186,9 @@ class ESTPLearnedHead(BinnedMLPHead):
         super().__init__(hidden=hidden, n_bins=n_bins, layer_norm=layer_norm, dropout=dropout,
                          soft_labels=soft_labels, ce_weight=ce_weight, mse_weight=mse_weight, lr=lr,
                          weight_decay=weight_decay, epochs=epochs, batch_size=batch_size, max_length=max_length,
-                         binning=binning, decode=decode, random_state=random_state, n_threads=n_threads)
+                         binning=binning, decode=decode, random_state=random_state, n_threads=n_threads,
+                         early_stopping=early_stopping, validation_fraction=validation_fraction,
+                         n_iter_no_change=n_iter_no_change)
         self.alpha_init = alpha_init
         self.temperature_init = temperature_init
         self.learn_temperature = learn_temperature
@@ -188,14 +200,19 @@ class ESTPLearnedHead(BinnedMLPHead):
     # -- fitting -----------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> ESTPLearnedHead:
         self._validate_params()
-        data = _Tokens(X, fuse_on=self.fuse_on)
-        y = check_targets(y, len(data))
+        full = _Tokens(X, fuse_on=self.fuse_on)
+        y = check_targets(y, len(full))
+        fit_rows, held = self._held_out_rows(len(full))
+        data, yf = full.take(fit_rows), y[fit_rows]
         self.n_features_in_ = data.d
-        self._init_tokens(data, y)
+        self._init_tokens(data, yf)
         with torch_threads(self.n_threads):
-            for _ in range(self.epochs):
-                self._token_epoch(data, y)
+            self._run_epochs(lambda: self._token_epoch(data, yf), None if held is None else (full.take(held), y[held]))
         return self
+
+    def _restored(self) -> None:
+        self.x_mean_ = self.module_.x_mean.numpy().copy()
+        self.x_scale_ = self.module_.x_scale.numpy().copy()
 
     def partial_fit(self, X: Any, y: Any) -> ESTPLearnedHead:
         first = not hasattr(self, "module_")
@@ -247,7 +264,7 @@ class ESTPLearnedHead(BinnedMLPHead):
     # -- prediction --------------------------------------------------------------------------------
     def predict_bins(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
-        data = _Tokens(X, self.n_features_in_, self.fuse_on)
+        data = X if isinstance(X, _Tokens) else _Tokens(X, self.n_features_in_, self.fuse_on)
         self.module_.eval()
         with torch_threads(self.n_threads), torch.no_grad():
             logits = torch.cat([self.module_(*data.batch(idx))

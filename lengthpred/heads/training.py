@@ -1,9 +1,12 @@
 """Fit a head on train, select hyperparameters on val, score on test: the library behind scripts/train.py.
 
-Hyperparameter selection: the head config's `select:` maps constructor keywords to candidate lists;
-every combination is fitted on train and the one with the best validation Spearman is kept (the first
-on ties; no refit on train+val, so val stays a clean selection set). Without a usable val split
-(absent or < 2 distinct lengths) the configured params are used as they are.
+Hyperparameter selection: the head config's `select:` maps constructor keywords to candidate lists (its
+search space). With a `search:` node (conf/search, lengthpred.heads.search) `search.budget` candidates are
+drawn from it at random, the same budget for every head; without one every combination is a candidate.
+Each is fitted on train and the one with the best validation Spearman is kept (the first on ties; no refit
+on train+val, so val stays a clean selection set); every candidate's val Spearman and fit time go into
+metrics["candidates"]. Without a usable val split (absent or < 2 distinct lengths) the configured params
+are used as they are.
 
 Seeds: with `n_seeds > 1` the whole fit-and-select procedure runs once per seed (`random_state`,
 `random_state + 1`, …; lengthpred.seeds). The first seed's head is the one returned, saved and scored
@@ -36,6 +39,7 @@ import pandas as pd
 
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.heads.base import HEADS, POINT_KINDS, BaseHead, LabeledSet, Points
+from lengthpred.heads.search import SearchSettings, sample_candidates, search_rows, space, space_size, subset
 from lengthpred.metrics import METRICS, is_undefined
 from lengthpred.seeds import (
     POINT_COLUMNS,
@@ -199,23 +203,34 @@ def _fit_selected(
     train: LabeledSet,
     val: LabeledSet | None,
     use_val: bool,
-) -> tuple[float, BaseHead, dict[str, Any]]:
-    """Fit every candidate on train and keep the best validation Spearman (the first candidate alone
-    without a usable val split): (val Spearman or NaN, fitted head, chosen candidate)."""
+    rows: list[int] | None = None,
+) -> tuple[float, BaseHead, dict[str, Any], list[dict[str, Any]]]:
+    """Fit every candidate on train (on its `rows` alone when given, then the chosen one refitted on all of
+    train) and keep the best validation Spearman (the first candidate alone without a usable val split):
+    (val Spearman or NaN, fitted head, chosen candidate, one record per candidate scored)."""
     kind = HEADS.get(head_name).input_kind
-    x_train = train.inputs.x_for(kind)
+    fit_set = subset(train, rows) if rows is not None else train
+    x_train = fit_set.inputs.x_for(kind)
     best: tuple[float, BaseHead, dict[str, Any]] | None = None
+    records: list[dict[str, Any]] = []
     for cand in candidates if use_val else candidates[:1]:
-        head = build_head(head_name, **(params | cand)).fit(x_train, train.y)
+        t0 = time.perf_counter()
+        head = build_head(head_name, **(params | cand)).fit(x_train, fit_set.y)
         if not use_val:
-            return math.nan, head, cand
+            return math.nan, head, cand, records
         assert val is not None
         rho = score(val.y, head.predict(val.inputs.x_for(kind)))["spearman"]
+        secs = round(time.perf_counter() - t0, 3)
+        records.append({"params": cand, "val_spearman": rho, "fit_seconds": secs})
         rho = -math.inf if rho is None else rho
         if best is None or rho > best[0]:
             best = (rho, head, cand)
     assert best is not None
-    return best
+    if rows is not None:  # searched on a subsample: the chosen candidate is refitted on all train prompts
+        head = build_head(head_name, **(params | best[2])).fit(train.inputs.x_for(kind), train.y)
+        rho = score(val.y, head.predict(val.inputs.x_for(kind)))["spearman"]
+        best = (-math.inf if rho is None else rho, head, best[2])
+    return (*best, records)
 
 
 def _seed_params(head_name: str, params: dict[str, Any], n_seeds: int) -> list[dict[str, Any]]:
@@ -248,7 +263,11 @@ def run_training(
     """
     klass = HEADS.get(head_name)
     params = head_params(head_cfg)
-    candidates = _candidates(head_cfg.get("select"))
+    search = SearchSettings.from_cfg(head_cfg.get("search"))
+    if search is None:
+        candidates = _candidates(head_cfg.get("select"))
+    else:
+        candidates = sample_candidates(head_name, head_cfg.get("select"), search)
     for cand in candidates:
         build_head(head_name, **(params | cand))  # bad keys fail before any work
     seed_params = _seed_params(head_name, params, int(n_seeds))
@@ -270,11 +289,14 @@ def run_training(
             raise DataError(f"feature widths differ between splits: {d}")
 
     x_test = test.inputs.x_for(klass.input_kind)
+    rows = search_rows(len(train), search) if search is not None and use_val else None
     fits: list[tuple[float, BaseHead, dict[str, Any], Points, float]] = []
+    records: list[dict[str, Any]] = []
     for p in seed_params:
         t0 = time.perf_counter()
-        val_rho, head, chosen = _fit_selected(head_name, p, candidates, train, val, use_val)
+        val_rho, head, chosen, recs = _fit_selected(head_name, p, candidates, train, val, use_val, rows)
         fits.append((val_rho, head, chosen, head.predict_points(x_test), time.perf_counter() - t0))
+        records += [{"random_state": p.get("random_state"), **r} for r in recs]
     val_rho, head, chosen, y_pred, fit_seconds = fits[0]
     metrics: dict[str, Any] = {
         **score(test.y, y_pred),
@@ -295,6 +317,8 @@ def run_training(
         "val_spearman": val_rho if math.isfinite(val_rho) else None,
         "n_candidates": len(candidates) if use_val else 1,
         "fit_seconds": round(fit_seconds, 3),
+        "candidates": records,
+        "search": _search_record(search, head_cfg.get("select"), candidates, use_val, len(train), rows),
     }
     seed_preds: list[np.ndarray] = []
     if len(fits) > 1:
@@ -308,6 +332,29 @@ def run_training(
         val_frame = predictions_frame(label or head_name, val_split, val, val_preds[0], val_preds if len(fits) > 1 else ())
         frame = pd.concat([frame, val_frame], ignore_index=True)
     return head, metrics, frame
+
+
+def _search_record(
+    search: SearchSettings | None,
+    select: Mapping[str, Any] | None,
+    candidates: list[dict[str, Any]],
+    use_val: bool,
+    n_train: int,
+    rows: list[int] | None,
+) -> dict[str, Any] | None:
+    """metrics.json `search`: the protocol a fit ran under (None: no search, e.g. a head with no space)."""
+    if not use_val or not select:
+        return None
+    return {
+        "protocol": "random" if search is not None else "grid",
+        "budget": search.budget if search is not None else len(candidates),
+        "seed": search.seed if search is not None else None,
+        "space": space(select),
+        "space_size": space_size(select),
+        "subsample": search.subsample if search is not None else None,
+        "n_search_train": len(rows) if rows is not None else n_train,
+        "refit_on_all_train": rows is not None,
+    }
 
 
 def _seed_summary(y_test: np.ndarray, fits: Sequence[tuple]) -> dict[str, Any]:

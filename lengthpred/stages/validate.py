@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from lengthpred.errors import ConfigError
+from lengthpred.heads.search import SearchSettings, sample_candidates
 from lengthpred.serve.vllm_engine import SETUP_HINT
 from lengthpred.stages.heads import constructor_params, head_class
 
@@ -184,7 +185,7 @@ RULES: dict[str, Rule] = {
     "distribution.adapt.forgetting": number(0, 1, lo_open=True),
 }
 
-HEAD_KEYS = ("params", "select", "n_seeds", "layer", "layers", "pooling")  # a head config's top level (stages.heads)
+HEAD_KEYS = ("params", "select", "search", "n_seeds", "layer", "layers", "pooling")  # a head config's top level (stages.heads)
 LOGGER_MODES = ("offline", "online", "disabled")
 WANDB_MODES = {"offline": "offline", "dryrun": "offline", "online": "online", "run": "online",
                "disabled": "disabled"}
@@ -232,6 +233,9 @@ def check_head(hcfg: Mapping[str, Any] | None) -> None:
     for k, v in (hcfg.get("select") or {}).items():
         if not isinstance(v, list | tuple) or not v:
             raise ConfigError(f"head.select.{k}={v!r}: must be a non-empty list of candidates")
+    if hcfg.get("search") is not None:
+        search = SearchSettings.from_cfg(hcfg["search"])  # its own keys and values
+        sample_candidates(klass.name, hcfg.get("select"), search)  # a space smaller than the budget
 
 
 def check_readout(cfg: Any) -> None:

@@ -1,0 +1,95 @@
+"""The selection table and the paired comparisons' reference head come from the train runs' validation
+scores (metrics.json), never from test."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from lengthpred.errors import DataError
+from lengthpred.eval.report import evaluate_run
+from lengthpred.eval.selection import read_fits, resolve_paired_heads, selection_table
+
+SEARCH = {
+    "protocol": "random",
+    "budget": 2,
+    "seed": 0,
+    "space": {"alpha": [0.1, 10.0]},
+    "space_size": 2,
+    "subsample": None,
+    "n_search_train": 60,
+    "refit_on_all_train": False,
+}
+
+
+def fit(head, val, test, **kw):
+    cands = [
+        {"params": {"alpha": 0.1}, "val_spearman": val - 0.1, "fit_seconds": 0.5},
+        {"params": {"alpha": 10.0}, "val_spearman": val, "fit_seconds": 1.5},
+    ]
+    return {
+        "head": head,
+        "n_train": 60,
+        "val_spearman": val,
+        "spearman": test,
+        "selected": {"alpha": 10.0},
+        "candidates": cands,
+        "search": SEARCH,
+    } | kw
+
+
+def write(root, name, blob, mtime=None):
+    d = root / "train" / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "metrics.json").write_text(json.dumps(blob))
+    if mtime is not None:
+        os.utime(d / "metrics.json", (mtime, mtime))
+
+
+def test_reference_is_best_on_validation_not_on_test(tmp_path):
+    write(tmp_path, "linear", fit("linear", val=0.70, test=0.80))
+    write(tmp_path, "probe", fit("probe", val=0.75, test=0.60))  # worse on test, better on val
+    assert resolve_paired_heads(["auto"], tmp_path) == ["probe"]
+    assert resolve_paired_heads(["linear", "auto"], tmp_path) == ["linear", "probe"]
+    assert resolve_paired_heads(["egtp"], tmp_path) == ["egtp"]  # named heads stay as they are
+
+
+def test_multi_seed_heads_compete_on_their_seed_mean_and_the_newest_run_counts(tmp_path):
+    seeds = [{"val_spearman": v} for v in (0.78, 0.60, 0.60)]  # first seed best, mean 0.66
+    write(tmp_path, "egtp", fit("egtp", val=0.78, test=0.7, seeds=seeds, n_seeds=3))
+    write(tmp_path, "linear_old", fit("linear", val=0.50, test=0.7), mtime=1)
+    write(tmp_path, "linear", fit("linear", val=0.70, test=0.7))
+    assert read_fits(tmp_path)["linear"]["val_spearman"] == 0.70
+    assert resolve_paired_heads(["auto"], tmp_path) == ["linear"]
+
+
+def test_auto_without_train_runs_is_an_error_before_any_prediction_is_read(tmp_path):
+    with pytest.raises(DataError, match="no train-stage metrics.json"):
+        evaluate_run(tmp_path, None, paired_heads=["auto"])
+
+
+def test_selection_table_shows_budget_space_choice_and_spread(tmp_path):
+    write(tmp_path, "linear", fit("linear", val=0.70, test=0.8))
+    write(
+        tmp_path,
+        "constant",
+        {
+            "head": "constant",
+            "n_train": 60,
+            "val_spearman": None,
+            "fit_seconds": 0.01,
+            "search": None,
+            "candidates": [],
+        },
+    )
+    table = selection_table(read_fits(tmp_path))
+    md = table.to_markdown()
+    assert "| constant | no search | — (no learned hyperparameters)" in md
+    assert (
+        "| linear (reference) | 2 of 2 (random) | alpha ∈ {0.1, 10} | alpha=10 | 0.700 | 0.600 – 0.700 |"
+        in md
+    )
+    assert "2.0 s (1.00 s / candidate)" in md
+    assert selection_table({}) is None
