@@ -175,7 +175,7 @@ def trace_run(tmp_path_factory):
     [
         ("linear", ["head.layer=2"]),
         ("domain_median", []),
-        ("concat", ["head.layers=[1,2,4]", "head.select.use=[[2],[1,2,4]]", "head.select.alpha=[1.0]"]),
+        ("concat", ["head.layers=[1,2,4]", "head.select.use=[[2],[1,2,4]]", "head.select.alpha=[1.0]", "search.budget=4"]),
     ],
 )
 def test_train_stage_writes_metrics_head_and_predictions(trace_run, head, extra):
