@@ -1,6 +1,7 @@
 """The decode stages (issue 27): `run_extract_decode` (scripts/extract_decode.py) stores the serving model's states
 at checkpoints of its sampled answers; `run_decode_curve` (scripts/decode_curve.py) fits remaining-length heads on
-them and writes the refinement curve (csv, markdown table, figure) into the run folder.
+them and writes the refinement curve (csv, markdown table, figure) into the run folder; `run_decode_online`
+(scripts/decode_online.py) adapts the decode readout by RLS across the cross-domain pairs.
 
 Store: `<data_dir>/decode/<model>/<key>/`, the key over the model identity, `decode.*` fields that change the
 states, the prompts, the answers' token ids and the generation's prompt budget (lengthpred.decode.extract).
@@ -13,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -20,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.decode.answers import Answer, answers_hash, select_answers
 from lengthpred.decode.extract import decode_key, extract_decode, selected_ids
+from lengthpred.decode.online import adaptation, pair_ids, plot_adaptation
 from lengthpred.decode.plots import plot_curve
 from lengthpred.decode.readout import fit_curve
 from lengthpred.decode.score import markdown_table, score_curve
@@ -128,3 +131,35 @@ def run_decode_curve(cfg: DictConfig) -> dict[str, Any]:
     print(markdown_table(df))
     print(f"→ {out}")
     return {"curve": df, "chosen": curve.chosen, "out": out}
+
+
+def run_decode_online(cfg: DictConfig) -> pd.DataFrame:
+    """RLS adaptation of the decode readout per cross-domain pair of splits.json; writes online.csv (every pair's
+    curve), online.md (the mean over pairs at the start and the end of the stream) and online.png."""
+    c = OmegaConf.to_container(cfg.decode.online, resolve=True)
+    at = list(cfg.decode.curve.at)
+    ds = find_decode(cfg)
+    splits = load_splits(cfg.data)
+    pairs = [p for p in splits.get("cross") or [] if not c.get("pairs") or p["name"] in c["pairs"]]
+    if not pairs:
+        raise DataError("decode online: splits.json has no cross-domain pairs (or none of decode.online.pairs)")
+    frames = []
+    for p in pairs:
+        source, stream, test = pair_ids(splits, p, c["stream_parts"])
+        df = adaptation(ds, source, stream, test, alphas=c["alphas"], forgetting=c["forgetting"], at=at,
+                        record_every=int(c["record_every"]), seed=int(cfg.seed))
+        frames.append(df.assign(pair=p["name"]))
+        log.info("decode online %s: %s", p["name"], df[df["n_seen"] == df["n_seen"].max()].to_dict("records"))
+    df = pd.concat(frames, ignore_index=True)
+    out = run_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "online.csv", index=False)
+    last = df.groupby("pair")["n_seen"].transform("max") == df["n_seen"]
+    summary = pd.concat([df[df["n_seen"] == 0].assign(when="start"), df[last].assign(when="end")])
+    table = summary.groupby(["head", "when"])[["spearman", "mae"]].agg(["mean", "std"]).round(3)
+    title = f"{cfg.model.name} on {cfg.data.name}: decode readout adapted by RLS over {len(pairs)} cross pairs"
+    (out / "online.md").write_text(f"{title}\n\n{table.to_markdown()}\n")
+    plot_adaptation(df, out / "online.png", title)
+    print(table.to_string())
+    print(f"→ {out}")
+    return df
