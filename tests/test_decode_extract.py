@@ -46,6 +46,7 @@ def test_checkpoints_while_running():
     assert checkpoints(37, 8, (4, 64)).tolist() == [0, 4, 8, 16, 24, 32]
     assert checkpoints(1, 8).tolist() == [0]
     assert checkpoints(0, 8).tolist() == []
+    assert checkpoints(37, 8, (4, 64), max_t=16).tolist() == [0, 4, 8, 16]
 
 
 @pytest.mark.parametrize("layer", [0, 2, 4])

@@ -110,7 +110,7 @@ def extract_decode(
         todo = []  # (id, sequence, checkpoints)
         for pid, messages in mine:
             a = answers[pid]
-            ts = checkpoints(a.length, settings.every, settings.also_at)
+            ts = checkpoints(a.length, settings.every, settings.also_at, settings.max_t)
             if not len(ts):
                 skipped[pid] = "empty answer: no checkpoint while it runs"
                 continue

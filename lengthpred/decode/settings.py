@@ -18,12 +18,14 @@ class DecodeSettings:
     """layer: HF hidden_states index read at each checkpoint (0 = embeddings, num_layers = after the final norm).
     every: checkpoint interval k in generated tokens; also_at: extra checkpoints (the curve's points, so a
     k that does not divide them still scores there); token 0 (the prompt's last token) is always one.
-    sample: which sampled answer of each prompt (one per prompt)."""
+    sample: which sampled answer of each prompt (one per prompt). max_t: no checkpoint after t tokens generated
+    (the forward stops there too: a curve up to 128 tokens needs no states beyond; None: to the answer's end)."""
 
     layer: int = 20
     every: int = 8
     also_at: tuple[int, ...] = (8, 16, 32, 64, 128)
     sample: int = 0
+    max_t: int | None = None
     dtype: str = "float16"
     batch_size: int = 8
     max_batch_tokens: int = 8192
@@ -37,6 +39,8 @@ class DecodeSettings:
             raise ConfigError(f"decode.every={self.every}: the checkpoint interval k must be >= 1")
         if any(int(t) < 0 for t in self.also_at):
             raise ConfigError(f"decode.also_at={list(self.also_at)}: tokens generated must be >= 0")
+        if self.max_t is not None and int(self.max_t) < 0:
+            raise ConfigError(f"decode.max_t={self.max_t} must be >= 0 or null")
         if self.dtype not in DTYPES:
             raise ConfigError(f"decode.dtype={self.dtype!r}: one of {DTYPES}")
         if int(self.sample) < 0:
@@ -59,13 +63,14 @@ class DecodeSettings:
     def hashed(self) -> dict[str, Any]:
         """The fields that change what is stored (not batching or limit)."""
         d = asdict(self)
-        return {k: d[k] for k in ("layer", "every", "also_at", "sample", "dtype")} | {"also_at": list(self.also_at)}
+        return {k: d[k] for k in ("layer", "every", "also_at", "sample", "max_t", "dtype")} | {"also_at": list(self.also_at)}
 
 
-def checkpoints(length: int, every: int, also_at: Sequence[int] = ()) -> np.ndarray:
+def checkpoints(length: int, every: int, also_at: Sequence[int] = (), max_t: int | None = None) -> np.ndarray:
     """Tokens generated t at which an answer of `length` tokens is still running (0 <= t < length), at
-    multiples of `every` and at `also_at`, sorted: [n] int64. Empty for an empty answer."""
+    multiples of `every` and at `also_at`, none after `max_t`, sorted: [n] int64. Empty for an empty answer."""
     if every < 1:
         raise ConfigError(f"checkpoint interval k={every} must be >= 1")
-    ts = set(range(0, max(int(length), 0), int(every))) | {int(t) for t in also_at if 0 <= int(t) < length}
+    end = int(length) if max_t is None else min(int(length), int(max_t) + 1)
+    ts = set(range(0, max(end, 0), int(every))) | {int(t) for t in also_at if 0 <= int(t) < end}
     return np.array(sorted(ts), dtype=np.int64)
