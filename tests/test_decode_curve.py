@@ -43,7 +43,7 @@ def split_ids(ds: DecodeSet) -> dict[str, list[str]]:
 
 
 HEADS = {"linear": {"name": "linear", "select": {"alpha": [0.1, 10.0]}},
-         "linear+prompt": {"name": "linear", "select": {"alpha": [0.1, 10.0]}, "with_prompt": True}}
+         "linear_prompt": {"name": "linear", "select": {"alpha": [0.1, 10.0]}, "with_prompt": True}}
 
 
 def test_implied_remaining_floors_running_requests():
@@ -75,7 +75,7 @@ def test_table_and_figure(tmp_path):
     ds = synthetic(n=150)
     df = score_curve(fit_curve(ds, split_ids(ds), HEADS, AT), AT, n_boot=50)
     md = markdown_table(df)
-    assert "| running requests (n) | 30 |" in md and "linear+prompt: mae" in md
+    assert "| running requests (n) | 30 |" in md and "linear_prompt: mae" in md
     assert plot_curve(df, tmp_path / "c.png").stat().st_size > 10_000
 
 
