@@ -54,7 +54,7 @@ class DecodeSettings:
     def from_cfg(cls, cfg: Mapping[str, Any]) -> DecodeSettings:
         d = dict(cfg)
         known = {k: d.pop(k) for k in list(d) if k in cls.__dataclass_fields__ and k != "extra"}
-        for k in ("generations", "curve", "online", "name"):  # read by the stages, not by the extraction
+        for k in ("generations", "partial", "curve", "online", "name"):  # read by the stages, not by the extraction
             d.pop(k, None)
         if "also_at" in known:
             known["also_at"] = tuple(int(t) for t in (known["also_at"] or ()))

@@ -31,7 +31,7 @@ from lengthpred.decode.store import DecodeSet, load_decode
 from lengthpred.errors import DataError
 from lengthpred.features.extract import model_identity
 from lengthpred.features.settings import prompts_hash
-from lengthpred.generate.store import load_generations, read_json
+from lengthpred.generate.store import load_generations, read_json, read_parts
 from lengthpred.heads.assemble import indomain_ids
 from lengthpred.models.serving import load_causal_lm
 from lengthpred.paths import resolve
@@ -65,7 +65,14 @@ def generation_budget(root: Path) -> int | None:
 
 
 def load_answers(cfg: Any, settings: DecodeSettings) -> tuple[dict[str, Answer], Path, int | None]:
+    """The answers of the merged generations, or with `decode.partial` of every part file written so far (a
+    generation still running or cut short: the store's key then changes as more answers arrive)."""
     root = answers_root(cfg)
+    if cfg.decode.get("partial"):
+        table = read_parts(root)
+        log.warning("decode.partial: %d answers from the part files of %s (merged or not)",
+                    table.num_rows, root)
+        return select_answers(table.to_pylist(), settings.sample), root, generation_budget(root)
     return select_answers(load_generations(root), settings.sample), root, generation_budget(root)
 
 
