@@ -103,7 +103,7 @@ def measure(model, layer, bsz: int, args, lin: LinearHead, mlp: torch.nn.Module)
         return 100 * (t_hook + r) / (args.every * t_plain)
 
     return (f"| {bsz} | {1e3 * t_plain:.2f} | {1e6 * hook_per_ck:.0f} | {1e6 * t_hook:.0f} | {1e6 * t_np:.0f} | {1e6 * t_sk:.0f} | "
-            f"{1e6 * t_pr:.0f} | {share(t_np):.2f} | {share(t_pr):.2f} |")
+            f"{1e6 * t_pr:.0f} | {share(t_np):.4f} | {share(t_pr):.4f} |")
 
 
 def main() -> None:
