@@ -60,11 +60,12 @@ def adaptation(ds: DecodeSet, source: Mapping[str, Sequence[str]], stream: Seque
 
 
 def pair_ids(splits: Mapping[str, Any], pair: Mapping[str, Any], stream_parts: Sequence[str]) -> tuple:
-    """(source {train, val}, target stream ids, target test ids) of a cross pair of splits.json."""
-    dom = splits["indomain"]
-    s, t = dom[pair["source"]], dom[pair["target"]]
+    """(source {train, val}, target stream ids, target test ids) of a cross pair of splits.json: the pair's own
+    source train/val and target test lists (a `mix` source pools the other domains), the stream from the
+    target's in-domain parts."""
+    t = splits["indomain"][pair["target"]]
     stream = [i for p in stream_parts for i in t.get(p, [])]
-    return {"train": s["train"], "val": s["val"]}, stream, t["test"]
+    return {"train": pair["train"], "val": pair["val"]}, stream, pair["test"]
 
 
 def plot_adaptation(df: pd.DataFrame, path: Any, title: str = "") -> Any:
