@@ -30,3 +30,23 @@ def test_rls_adapts_under_shift_and_frozen_stays(tmp_path):
     assert start.loc["rls@1", "mae"] == start.loc["frozen", "mae"]  # the same readout before any completion
     assert plot_adaptation(df.assign(pair="a"), tmp_path / "o.png").stat().st_size > 5_000
     assert np.isfinite(df["spearman"]).all()
+
+
+def test_plot_keeps_the_points_every_pair_has(tmp_path, monkeypatch):
+    import pandas as pd
+
+    import lengthpred.decode.online as online
+
+    seen = {}
+    real = pd.DataFrame.groupby
+
+    def spy(self, by, *a, **k):
+        if by == ["head", "n_seen"]:
+            seen["n"] = sorted(self["n_seen"].unique())
+        return real(self, by, *a, **k)
+
+    monkeypatch.setattr(pd.DataFrame, "groupby", spy)
+    df = pd.DataFrame({"head": "frozen", "pair": ["a"] * 3 + ["b"] * 3, "n_seen": [0, 4, 8, 0, 4, 6],
+                       "spearman": 0.1, "mae": 1.0})
+    online.plot_adaptation(df, tmp_path / "p.png")
+    assert seen["n"] == [0, 4]

@@ -69,7 +69,9 @@ def pair_ids(splits: Mapping[str, Any], pair: Mapping[str, Any], stream_parts: S
 
 
 def plot_adaptation(df: pd.DataFrame, path: Any, title: str = "") -> Any:
-    """Mean over pairs of the target-test score vs completions seen, per head (two panels)."""
+    """Mean over pairs of the target-test score vs completions seen, per head (two panels), at the points every
+    pair has (a stream's own last point, or the later points of longer streams, would move the mean by which
+    pairs are in it, even for the frozen readout)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,6 +79,9 @@ def plot_adaptation(df: pd.DataFrame, path: Any, title: str = "") -> Any:
 
     from lengthpred.figures import legend_outside
 
+    if "pair" in df:  # only the points every pair has: each mean then averages the same pairs
+        n_pairs = df.groupby("n_seen")["pair"].nunique()
+        df = df[df["n_seen"].isin(n_pairs[n_pairs == df["pair"].nunique()].index)]
     g = df.groupby(["head", "n_seen"])[["spearman", "mae"]].mean().reset_index()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), layout="constrained")
     for ax, m, lab in zip(axes, ("spearman", "mae"), ("mean-over-t Spearman (target test)", "MAE (tokens)"),
