@@ -25,7 +25,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from lengthpred.eval.inputs import read_sched
 from lengthpred.integrity import atomic_write_text, folder_lock, tree_digest
 from lengthpred.paths import HOME_ENV, REPO_ROOT, default_datasets_root, home
 from lengthpred.sched.sweep.summary import short_t5
-from lengthpred.stagegraph import SourceCache, config_nodes, digest, key_parts, why_changed
+from lengthpred.stagegraph import SourceCache, StageDeps, config_nodes, digest, key_parts, why_changed
 from lengthpred.stages.locations import experiment_dir
 from lengthpred.stages.outputs import OUTPUTS, read_outputs
 
@@ -198,29 +199,53 @@ def _reference_digest(cfg: DictConfig) -> str | None:
     return tree_digest(root) if root.is_dir() else None
 
 
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a pipeline run: its script (whose imports its key hashes), arguments, and the work itself."""
+
+    name: str
+    script: Path
+    args: list[str]
+    fn: Callable[[Path], Any]
+
+
+def run_stages(stages: list[Stage], out_root: Path, nodes: dict[str, Any], files: dict[str, str | None], *,
+               src_root: Path = REPO_ROOT, conf_dir: Path | None = None, deps: Mapping[str, StageDeps] | None = None,
+               force: bool = False, skip: Iterable[str] = ()) -> list[str]:
+    """Each stage in order into `out_root/<name>`, keyed by `stagegraph.key_parts` on the config `nodes`
+    (`stagegraph.config_nodes`), the committed `files`' digests and the earlier stages' keys and outputs.
+    Returns the names of the stages that ran."""
+    cache = SourceCache()  # each module's source read once per run
+    done: dict[str, Any] = {}  # stage -> its key and output digests, as checked or written: what readers hash
+    ran = []
+    for st in stages:
+        out = out_root / st.name
+        if st.name in skip:
+            print(f"[{st.name}] skipped (pipeline.skip)", flush=True)
+        else:
+            parts = key_parts(st.name, st.script, st.args, nodes, src_root, conf_dir or src_root / "conf", done,
+                              files, cache, deps=deps)
+            if run_stage(st.name, out, digest(parts), st.fn, force=force, parts=parts):
+                ran.append(st.name)
+        marker = _read_marker(out / MARKER) or {}  # a skipped stage: its last run's, if any
+        done[st.name] = {"key": marker.get("key"), "digests": marker.get("digests")}
+    return ran
+
+
 def _run_stages(cfg: DictConfig, overrides: list[str], exp_dir: Path) -> None:
     user = [o for o in overrides if not o.startswith("pipeline.")]
-    nodes = config_nodes(cfg)  # the composed config holds the user's overrides: no need to hash them apart
-    files = {"reference": _reference_digest(cfg)}
-    code_cache = SourceCache()  # each module's source read once per run
-    done: dict[str, Any] = {}  # stage -> its key and output digests, as checked or written: what readers hash
-    skip = set(cfg.pipeline.skip or [])
+    stages = []
     for name, (script, *args) in stage_commands(cfg):
-        out = exp_dir / name
-        if name in skip:
-            print(f"[{name}] skipped (pipeline.skip)", flush=True)
-        else:
-            where = f"hydra.sweep.dir={out}" if "-m" in args else f"hydra.run.dir={out}"
-            cmd = [sys.executable, str(REPO_ROOT / "scripts" / script), *args, *user, where]
+        where = f"hydra.sweep.dir={exp_dir / name}" if "-m" in args else f"hydra.run.dir={exp_dir / name}"
+        cmd = [sys.executable, str(REPO_ROOT / "scripts" / script), *args, *user, where]
 
-            def run(_out, cmd=cmd, name=name):
-                # the stages run in the checkout but write where this process does (lengthpred.paths.home)
-                r = subprocess.run(cmd, cwd=REPO_ROOT, env=os.environ | {HOME_ENV: str(home())})
-                if r.returncode != 0:
-                    raise LengthpredError(f"stage {name} failed (exit {r.returncode}): {' '.join(cmd[1:])}")
+        def run(_out, cmd=cmd, name=name):
+            # the stages run in the checkout but write where this process does (lengthpred.paths.home)
+            r = subprocess.run(cmd, cwd=REPO_ROOT, env=os.environ | {HOME_ENV: str(home())})
+            if r.returncode != 0:
+                raise LengthpredError(f"stage {name} failed (exit {r.returncode}): {' '.join(cmd[1:])}")
 
-            parts = key_parts(name, REPO_ROOT / "scripts" / script, args, nodes, REPO_ROOT, REPO_ROOT / "conf",
-                              done, files, code_cache)
-            run_stage(name, out, digest(parts), run, force=bool(cfg.pipeline.force), parts=parts)
-        marker = _read_marker(out / MARKER) or {}  # a skipped stage: its last run's, if any
-        done[name] = {"key": marker.get("key"), "digests": marker.get("digests")}
+        stages.append(Stage(name, REPO_ROOT / "scripts" / script, args, run))
+    # the composed config holds the user's overrides: each stage's nodes carry those it reads
+    run_stages(stages, exp_dir, config_nodes(cfg), {"reference": _reference_digest(cfg)},
+               force=bool(cfg.pipeline.force), skip=set(cfg.pipeline.skip or []))

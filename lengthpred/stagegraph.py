@@ -214,21 +214,22 @@ def group_files(args: Iterable[str], conf_dir: Path) -> dict[str, str]:
 
 def key_parts(name: str, script: Path, args: list[str], nodes: Mapping[str, Any], src_root: Path,
               conf_dir: Path, inputs: Mapping[str, Any], files: Mapping[str, str | None],
-              cache: SourceCache) -> dict[str, Any]:
+              cache: SourceCache, deps: Mapping[str, StageDeps] | None = None) -> dict[str, Any]:
     """The parts of stage `name`'s cache key (see the module docstring): {"config": {node: digest}, "code":
     {module: digest}, "script": digest, "args": [...], "inputs": {stage or file: digest of its key and
-    outputs, or of its contents}}."""
-    if name not in STAGES:
-        raise ConfigError(f"stage {name!r} declares no inputs in lengthpred.stagegraph.STAGES; declared: {sorted(STAGES)}")
-    deps = STAGES[name]
-    own = {n: nodes[n] for n in ("root", *COMMON_NODES, *deps.config) if n in nodes}
+    outputs, or of its contents}}. `deps`: the declarations (`STAGES` unless given)."""
+    deps = STAGES if deps is None else deps
+    if name not in deps:
+        raise ConfigError(f"stage {name!r} declares no reads in lengthpred.stagegraph.STAGES; declared: {sorted(deps)}")
+    d = deps[name]
+    own = {n: nodes[n] for n in ("root", *COMMON_NODES, *d.config) if n in nodes}
     modules = module_closure([script], src_root, extra=_targets(own), cache=cache)
     return {
         "config": {n: digest(v) for n, v in own.items()} | group_files(args, conf_dir),
         "code": {m: cache.digest(f) for m, f in modules.items()},
         "script": cache.digest(script),
         "args": list(args),
-        "inputs": {s: digest(inputs.get(s)) for s in deps.inputs} | {f: files.get(f) for f in deps.files},
+        "inputs": {s: digest(inputs.get(s)) for s in d.inputs} | {f: files.get(f) for f in d.files},
     }
 
 
