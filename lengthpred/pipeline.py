@@ -188,6 +188,8 @@ def run_pipeline(cfg: DictConfig, overrides: list[str]) -> None:
     exp_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(exp_dir, ".pipeline.lock"):  # a second pipeline on this experiment waits: stages never mix
         _run_stages(cfg, overrides, exp_dir)
+    if cfg.pipeline.get("dry_run", False):
+        return
     print_summary(Path(cfg.eval.tables_dir), cfg.pipeline.print_tables, exp_dir / "simulate")
     print(f"\nAll stages done. Tables and plots: {exp_dir / 'tables'}; runs: {exp_dir}; W&B offline: "
           f"{cfg.paths.outputs_dir}/wandb")
@@ -197,6 +199,21 @@ def _reference_digest(cfg: DictConfig) -> str | None:
     """The model's committed reference traces (what the stages declaring "reference" read), or None."""
     root = Path(str(cfg.paths.reference_dir)) / str(cfg.model.name)
     return tree_digest(root) if root.is_dir() else None
+
+
+def _would_run(name: str, out_dir: Path, key: str, parts: dict[str, Any], force: bool) -> bool:
+    """`run_stage`'s decision without the work: print whether `name` would run, and why."""
+    done = _read_marker(out_dir / MARKER)
+    if force:
+        why = "pipeline.force"
+    elif done is None:
+        why = "never finished"
+    elif done.get("key") != key:
+        why = why_changed(done.get("parts"), parts)
+    else:
+        why = _why_rerun(out_dir, done)
+    print(f"[{name}] " + (f"would run: {why}" if why else "cached"), flush=True)
+    return why is not None
 
 
 @dataclass(frozen=True)
@@ -211,10 +228,10 @@ class Stage:
 
 def run_stages(stages: list[Stage], out_root: Path, nodes: dict[str, Any], files: dict[str, str | None], *,
                src_root: Path = REPO_ROOT, conf_dir: Path | None = None, deps: Mapping[str, StageDeps] | None = None,
-               force: bool = False, skip: Iterable[str] = ()) -> list[str]:
+               force: bool = False, skip: Iterable[str] = (), dry_run: bool = False) -> list[str]:
     """Each stage in order into `out_root/<name>`, keyed by `stagegraph.key_parts` on the config `nodes`
     (`stagegraph.config_nodes`), the committed `files`' digests and the earlier stages' keys and outputs.
-    Returns the names of the stages that ran."""
+    `dry_run`: say which stages would run and why, run none. Returns the names of the stages that ran (would)."""
     cache = SourceCache()  # each module's source read once per run
     done: dict[str, Any] = {}  # stage -> its key and output digests, as checked or written: what readers hash
     ran = []
@@ -225,7 +242,13 @@ def run_stages(stages: list[Stage], out_root: Path, nodes: dict[str, Any], files
         else:
             parts = key_parts(st.name, st.script, st.args, nodes, src_root, conf_dir or src_root / "conf", done,
                               files, cache, deps=deps)
-            if run_stage(st.name, out, digest(parts), st.fn, force=force, parts=parts):
+            key = digest(parts)
+            if dry_run:
+                if _would_run(st.name, out, key, parts, force):
+                    ran.append(st.name)
+                    done[st.name] = {"key": key, "digests": "rebuilt"}  # its readers would rerun too
+                    continue
+            elif run_stage(st.name, out, key, st.fn, force=force, parts=parts):
                 ran.append(st.name)
         marker = _read_marker(out / MARKER) or {}  # a skipped stage: its last run's, if any
         done[st.name] = {"key": marker.get("key"), "digests": marker.get("digests")}
@@ -248,4 +271,5 @@ def _run_stages(cfg: DictConfig, overrides: list[str], exp_dir: Path) -> None:
         stages.append(Stage(name, REPO_ROOT / "scripts" / script, args, run))
     # the composed config holds the user's overrides: each stage's nodes carry those it reads
     run_stages(stages, exp_dir, config_nodes(cfg), {"reference": _reference_digest(cfg)},
-               force=bool(cfg.pipeline.force), skip=set(cfg.pipeline.skip or []))
+               force=bool(cfg.pipeline.force), skip=set(cfg.pipeline.skip or []),
+               dry_run=bool(cfg.pipeline.get("dry_run", False)))

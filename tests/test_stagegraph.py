@@ -81,6 +81,16 @@ def test_a_module_b_imports_lazily_reruns_b_and_its_readers(fake):
     assert run_fake(fake) == ["b", "c"]
 
 
+def test_a_dry_run_says_what_would_rerun_and_runs_nothing(fake, capsys):
+    run_fake(fake)
+    (fake / "src" / "lengthpred" / "mod_b.py").write_text("Z = 1\n")
+    capsys.readouterr()
+    assert run_fake(fake, dry_run=True) == ["b", "c"]
+    out = capsys.readouterr().out
+    assert "[b] would run: module lengthpred.mod_b changed" in out and "[c] would run: input b changed" in out
+    assert run_fake(fake) == ["b", "c"]  # the dry run left every marker as it was
+
+
 def test_a_shared_module_reruns_every_stage_that_imports_it_and_their_readers(fake):
     run_fake(fake)
     (fake / "src" / "lengthpred" / "shared" / "io.py").write_text("X = 2\n")
