@@ -1,15 +1,19 @@
-"""Run stages in order with a progress line each, skipping a stage whose inputs and config are unchanged.
+"""Run stages in order with a progress line each, skipping a stage whose own inputs are unchanged.
 
-A stage's output folder holds `_stage.json` with the hash of what it was built from and what it wrote: the
-files of its folder and the outputs it declared elsewhere (`lengthpred.stages.outputs`: the prepared
-prompts, a feature store, the model cache), with their content digests. A rerun with the same hash and
-every output still there, unchanged, costs nothing; a missing or changed output reruns the stage (saying
-which), and a stage's hash includes the digests of every earlier stage's outputs, so a changed input
-reruns what reads it. A
-crash mid-stage leaves no marker so the stage runs again (stages are themselves resumable where they are
-long), and a stage reruns in an emptied folder, so no file of its previous run mixes with the new ones.
-`run_pipeline` is scripts/demo.py's body: every stage's script (`stage_commands`) as a subprocess, cached
-this way, then the headline tables.
+A stage's cache key is the hash of what it reads, as `lengthpred.stagegraph` declares it: its own config nodes,
+the source of the `lengthpred` modules its script imports, the script and its arguments, the committed files it
+reads and the keys and output digests of the earlier stages it reads. So a change in the tables code reruns the
+tables stage only, and a change in the heads code reruns train and what reads it, not features. A rerun's log
+line says which part changed (`stagegraph.why_changed`).
+
+A stage's output folder holds `_stage.json` with that key, its parts, and what it wrote: the files of its folder
+and the outputs it declared elsewhere (`lengthpred.stages.outputs`: the prepared prompts, a feature store, the
+model cache), with their content digests. A rerun with the same key and every output still there, unchanged,
+costs nothing; a missing or changed output reruns the stage (saying which), and the stages that read it see its
+new digests in their keys. A crash mid-stage leaves no marker so the stage runs again (stages are themselves
+resumable where they are long), and a stage reruns in an emptied folder, so no file of its previous run mixes
+with the new ones. `run_pipeline` is scripts/demo.py's body: every stage's script (`stage_commands`) as a
+subprocess, cached this way, then the headline tables.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,7 @@ from lengthpred.eval.inputs import read_sched
 from lengthpred.integrity import atomic_write_text, folder_lock, tree_digest
 from lengthpred.paths import HOME_ENV, REPO_ROOT, default_datasets_root, home
 from lengthpred.sched.sweep.summary import short_t5
+from lengthpred.stagegraph import SourceCache, StageDeps, config_nodes, digest, key_parts, why_changed
 from lengthpred.stages.locations import experiment_dir
 from lengthpred.stages.outputs import OUTPUTS, read_outputs
 
@@ -94,21 +100,27 @@ def _why_rerun(out_dir: Path, done: dict[str, Any]) -> str | None:
     return None
 
 
-def run_stage(name: str, out_dir: Path, key: str, fn: Callable[[Path], Any], *, force: bool = False) -> bool:
+def run_stage(name: str, out_dir: Path, key: str, fn: Callable[[Path], Any], *, force: bool = False,
+              parts: dict[str, Any] | None = None) -> bool:
     """Run `fn(out_dir)` unless `out_dir` already holds a finished run with the same key whose outputs are all
-    still there, unchanged; a rerun starts from an emptied `out_dir`. The marker records the outputs and
-    their digests (`outputs_digests`).
+    still there, unchanged; a rerun starts from an emptied `out_dir`. The marker records the key's `parts`
+    (what a later rerun's log line compares to say why), the outputs and their digests (`outputs_digests`).
 
     Returns True when the stage ran, False when it was cached.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     marker = out_dir / MARKER
     done = _read_marker(marker)
-    if not force and done is not None and done.get("key") == key:
+    if force:
+        print(f"[{name}] pipeline.force: rerunning", flush=True)
+    elif done is not None and done.get("key") == key:
         why = _why_rerun(out_dir, done)
         if why is None:
             print(f"[{name}] cached → {out_dir}", flush=True)
             return False
+        print(f"[{name}] {why}: rerunning", flush=True)
+    elif done is not None:
+        why = why_changed(done.get("parts"), parts) if parts is not None else "key changed"
         print(f"[{name}] {why}: rerunning", flush=True)
     for old in out_dir.iterdir():  # the previous run's files: none may mix with this run's
         if old.is_dir() and not old.is_symlink():
@@ -119,24 +131,11 @@ def run_stage(name: str, out_dir: Path, key: str, fn: Callable[[Path], Any], *, 
     t0 = time.perf_counter()
     fn(out_dir)
     dt = time.perf_counter() - t0
-    atomic_write_text(marker, json.dumps({"key": key, "seconds": round(dt, 1), "finished": time.time(),
+    atomic_write_text(marker, json.dumps({"key": key, "parts": parts, "seconds": round(dt, 1), "finished": time.time(),
                                           "outputs": read_outputs(out_dir), "files": _run_files(out_dir),
                                           "digests": outputs_digests(out_dir)}))
     print(f"[{name}] done in {dt:.0f} s → {out_dir}", flush=True)
     return True
-
-
-def source_hash(repo: Path, extra: list[str] | None = None) -> str:
-    """Hash of everything a stage's result depends on besides cached data: library and script code,
-    configs, the committed reference traces, and the command-line overrides."""
-    h = hashlib.sha1()
-    patterns = ["lengthpred/**/*.py", "scripts/*.py", "conf/**/*.yaml", "data/reference/**/*.jsonl"]
-    for pattern in patterns:
-        for f in sorted(repo.glob(pattern)):
-            h.update(str(f.relative_to(repo)).encode())
-            h.update(f.read_bytes())
-    h.update(json.dumps(extra or []).encode())
-    return h.hexdigest()[:12]
 
 
 def stage_commands(cfg: DictConfig) -> list[tuple[str, list[str]]]:
@@ -183,27 +182,84 @@ def t5_summary(sched_dir: Path) -> str:
 
 def run_pipeline(cfg: DictConfig, overrides: list[str]) -> None:
     """Every stage of `stage_commands` in order, each its script run as a subprocess with the user's `overrides`
-    into outputs/<experiment>/<stage>/, skipped when cached (`run_stage`, keyed by `source_hash`); then the
+    into outputs/<experiment>/<stage>/, skipped when cached (`run_stage`, keyed by `stagegraph.key_parts`); then the
     headline tables."""
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(exp_dir, ".pipeline.lock"):  # a second pipeline on this experiment waits: stages never mix
         _run_stages(cfg, overrides, exp_dir)
+    if cfg.pipeline.get("dry_run", False):
+        return
     print_summary(Path(cfg.eval.tables_dir), cfg.pipeline.print_tables, exp_dir / "simulate")
     print(f"\nAll stages done. Tables and plots: {exp_dir / 'tables'}; runs: {exp_dir}; W&B offline: "
           f"{cfg.paths.outputs_dir}/wandb")
 
 
+def _reference_digest(cfg: DictConfig) -> str | None:
+    """The model's committed reference traces (what the stages declaring "reference" read), or None."""
+    root = Path(str(cfg.paths.reference_dir)) / str(cfg.model.name)
+    return tree_digest(root) if root.is_dir() else None
+
+
+def _would_run(name: str, out_dir: Path, key: str, parts: dict[str, Any], force: bool) -> bool:
+    """`run_stage`'s decision without the work: print whether `name` would run, and why."""
+    done = _read_marker(out_dir / MARKER)
+    if force:
+        why = "pipeline.force"
+    elif done is None:
+        why = "never finished"
+    elif done.get("key") != key:
+        why = why_changed(done.get("parts"), parts)
+    else:
+        why = _why_rerun(out_dir, done)
+    print(f"[{name}] " + (f"would run: {why}" if why else "cached"), flush=True)
+    return why is not None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a pipeline run: its script (whose imports its key hashes), arguments, and the work itself."""
+
+    name: str
+    script: Path
+    args: list[str]
+    fn: Callable[[Path], Any]
+
+
+def run_stages(stages: list[Stage], out_root: Path, nodes: dict[str, Any], files: dict[str, str | None], *,
+               src_root: Path = REPO_ROOT, conf_dir: Path | None = None, deps: Mapping[str, StageDeps] | None = None,
+               force: bool = False, skip: Iterable[str] = (), dry_run: bool = False) -> list[str]:
+    """Each stage in order into `out_root/<name>`, keyed by `stagegraph.key_parts` on the config `nodes`
+    (`stagegraph.config_nodes`), the committed `files`' digests and the earlier stages' keys and outputs.
+    `dry_run`: say which stages would run and why, run none. Returns the names of the stages that ran (would)."""
+    cache = SourceCache()  # each module's source read once per run
+    done: dict[str, Any] = {}  # stage -> its key and output digests, as checked or written: what readers hash
+    ran = []
+    for st in stages:
+        out = out_root / st.name
+        if st.name in skip:
+            print(f"[{st.name}] skipped (pipeline.skip)", flush=True)
+        else:
+            parts = key_parts(st.name, st.script, st.args, nodes, src_root, conf_dir or src_root / "conf", done,
+                              files, cache, deps=deps)
+            key = digest(parts)
+            if dry_run:
+                if _would_run(st.name, out, key, parts, force):
+                    ran.append(st.name)
+                    done[st.name] = {"key": key, "digests": "rebuilt"}  # its readers would rerun too
+                    continue
+            elif run_stage(st.name, out, key, st.fn, force=force, parts=parts):
+                ran.append(st.name)
+        marker = _read_marker(out / MARKER) or {}  # a skipped stage: its last run's, if any
+        done[st.name] = {"key": marker.get("key"), "digests": marker.get("digests")}
+    return ran
+
+
 def _run_stages(cfg: DictConfig, overrides: list[str], exp_dir: Path) -> None:
     user = [o for o in overrides if not o.startswith("pipeline.")]
-    key = source_hash(REPO_ROOT, user)  # then, stage by stage, what the earlier stages wrote
-    skip = set(cfg.pipeline.skip or [])
+    stages = []
     for name, (script, *args) in stage_commands(cfg):
-        if name in skip:
-            print(f"[{name}] skipped (pipeline.skip)", flush=True)
-            continue
-        out = exp_dir / name
-        where = f"hydra.sweep.dir={out}" if "-m" in args else f"hydra.run.dir={out}"
+        where = f"hydra.sweep.dir={exp_dir / name}" if "-m" in args else f"hydra.run.dir={exp_dir / name}"
         cmd = [sys.executable, str(REPO_ROOT / "scripts" / script), *args, *user, where]
 
         def run(_out, cmd=cmd, name=name):
@@ -212,5 +268,8 @@ def _run_stages(cfg: DictConfig, overrides: list[str], exp_dir: Path) -> None:
             if r.returncode != 0:
                 raise LengthpredError(f"stage {name} failed (exit {r.returncode}): {' '.join(cmd[1:])}")
 
-        run_stage(name, out, key, run, force=bool(cfg.pipeline.force))
-        key = config_hash(key, (_read_marker(out / MARKER) or {}).get("digests"))  # as checked or written
+        stages.append(Stage(name, REPO_ROOT / "scripts" / script, args, run))
+    # the composed config holds the user's overrides: each stage's nodes carry those it reads
+    run_stages(stages, exp_dir, config_nodes(cfg), {"reference": _reference_digest(cfg)},
+               force=bool(cfg.pipeline.force), skip=set(cfg.pipeline.skip or []),
+               dry_run=bool(cfg.pipeline.get("dry_run", False)))

@@ -5,8 +5,9 @@
     .venv/bin/python scripts/demo.py experiment=demo pipeline.force=true   # rerun every stage
 
 Each stage is the user-facing script (scripts/<stage>.py) run as a subprocess with the same overrides,
-writing to outputs/<experiment>/<stage>/; a stage reruns only when code, configs, the committed
-reference trace or the overrides changed since it last finished.
+writing to outputs/<experiment>/<stage>/; a stage reruns only when what it reads changed since it last
+finished: its own config nodes, the lengthpred modules its script imports, the committed reference trace, or an
+earlier stage it reads (lengthpred/stagegraph.py declares each stage's reads; the log line says which changed).
 The pipeline: lengthpred/pipeline.py.
 """
 
