@@ -114,3 +114,30 @@ def test_bad_inputs_are_one_line_errors():
         _run(Workload(np.array([0.0]), np.array([8]), np.array([5])), ONE_SLOT, "refined-srpt", np.array([5.0]))
     with pytest.raises(DataError, match="finite"):
         RefinedPredictor(np.array([[math.nan]]), 8)
+
+
+def test_the_refined_grid_serves_t5_requests_and_rejects_bad_entries():
+    from lengthpred.sched.sweep import refined as rf
+    from lengthpred.sched.sweep.pool import LengthSource
+
+    rng = np.random.default_rng(0)
+    m = 60
+    out = np.maximum(1, rng.lognormal(4.5, 0.8, m)).astype(np.int64)
+    src = LengthSource("toy", out.astype(float), rng.integers(16, 200, m), {"h": out * rng.lognormal(0, 1, m)})
+    entries = rf.parse_entries([
+        {"label": "fcfs", "policy": "fcfs", "source": "none"},
+        {"label": "oracle-srpt", "policy": "oracle-srpt", "source": "clairvoyant"},
+        {"label": "r", "policy": "refined-srpt", "source": "oracle-remaining"},
+        {"label": "r", "policy": "refined-srpt", "source": "decode-cal", "rho": 0.5, "max_preemptions": 1},
+    ])
+    assert entries[3].rho == 0.5 and entries[3].sim == {"max_preemptions": 1}
+    runs = rf.run_refined(src, get_profile("cpu-smollm2-135m-vllm"), entries, head="h", loads=[0.9], seeds=[0, 1],
+                          n_requests=150, every=8, sigma_decode={0.0: 1.0}, sigma_prompt=1.0)
+    ptl = runs[runs["metric"] == "per_token_latency_mean"].set_index(["policy", "predictor", "seed"])["value"]
+    np.testing.assert_allclose(ptl["r", "oracle-remaining"].to_numpy(), ptl["oracle-srpt", "clairvoyant"].to_numpy(),
+                               rtol=1e-9)
+    with pytest.raises(ConfigError, match="source 'psychic'"):
+        rf.parse_entries([{"label": "x", "policy": "srpt", "source": "psychic"}])
+    with pytest.raises(ConfigError, match="head 'nope'"):
+        rf.run_refined(src, get_profile("cpu-smollm2-135m-vllm"), entries, head="nope", loads=[0.9], seeds=[0],
+                       n_requests=10, every=8, sigma_decode={0.0: 1.0}, sigma_prompt=1.0)

@@ -14,6 +14,7 @@ and load here serve the very requests T5 served. Predictor labels (the `source` 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,7 @@ from lengthpred.sched.core.metrics import summarize
 from lengthpred.sched.core.policies import make_policy
 from lengthpred.sched.core.predictors import ArrayPredictor
 from lengthpred.sched.core.refine import calibrated_source, oracle_source, prompt_source
-from lengthpred.sched.core.simulator import simulate
+from lengthpred.sched.core.simulator import OverloadWarning, simulate
 from lengthpred.sched.core.workload import Workload, capacity
 from lengthpred.sched.sweep.pool import CLAIRVOYANT, NO_PREDICTOR, LengthSource
 
@@ -87,7 +88,10 @@ def run_refined(source: LengthSource, profile: HardwareProfile, entries: Sequenc
             for e in entries:
                 pr = _predictor(e.source, e.policy.startswith("refined"), p, out, every, seed, sigma_decode,
                                 sigma_prompt, rho if e.rho is None else e.rho)
-                res = simulate(wl, profile, make_policy(e.policy), pr, seed=seed, **{**dict(sim or {}), **e.sim})
+                with warnings.catch_warnings():  # overload (load >= 1) is expected: runs stop at the horizon
+                    warnings.simplefilter("ignore", OverloadWarning)
+                    res = simulate(wl, profile, make_policy(e.policy), pr, seed=seed,
+                                   **{**dict(sim or {}), **e.sim})
                 for k, v in summarize(res).items():
                     rows.append((profile.name, source.name, e.label, e.source, float(load), seed, k, v))
     return pd.DataFrame(rows, columns=["hardware", "data", "policy", "predictor", "load", "seed", "metric", "value"])
