@@ -34,7 +34,9 @@ def main(cfg: DictConfig) -> None:
     src = load_source(cfg)
     lengths = rf.pool_lengths(src)
     curve = resolve(str(rc.curve))
-    target = read_curve_spearman(curve, str(rc.decode_head))
+    # `spearman` ({t: Spearman}) replaces the measured curve: a what-if decode head, not a measurement
+    target = ({float(k): float(v) for k, v in rc.spearman.items()} if rc.get("spearman")
+              else read_curve_spearman(curve, str(rc.decode_head)))
     sigma_decode = fit_sigma(lengths, target, seed=int(cfg.seed))
     prompt_rho = read_curve_spearman(curve, str(rc.prompt_row))[0.0]
     sigma_prompt = fit_sigma(lengths, {0.0: prompt_rho}, seed=int(cfg.seed))[0.0]
