@@ -6,11 +6,11 @@
 
 Sub-packages, each importing only those below it (pyproject.toml's import-linter contracts):
 `core` (the simulator: `hardware` step-time profiles, `workload` requests and arrivals, `predictors`,
-`policies` (registry POLICIES: fcfs, sjf, rank, srpt, oracle-sjf, oracle-srpt, mlfq/las, laps-sd; `bounds`:
-amin; `early`: LAPS-SD's Â), `runset` (the running batch and which request to preempt, in lazy heaps),
+`policies` (registry POLICIES: fcfs, sjf, rank, srpt, oracle-sjf, oracle-srpt, mlfq/las, laps-sd, refined-srpt,
+refined-sjf; `bounds`: amin; `early`: LAPS-SD's Â), `refine` (predictions refreshed at decode checkpoints), `runset` (the running batch and which request to preempt, in lazy heaps),
 `simulator` (event-jump simulation), `metrics`); `sweep` (grids over request pools, T5: `pool`, `sources`
 (predictions.parquet, CASTILLO, synthetic, trace), `experiment` (grids and the results files; their schemas
-are in its docstring), `summary` (means with bootstrap intervals over seeds, gains over FCFS, the short T5),
+are in its docstring), `refined` (refined SRPT/SJF on T5's requests, scripts/simulate_refined.py), `summary` (means with bootstrap intervals over seeds, gains over FCFS, the short T5),
 `plots`); `spec` (speculative decoding: measured n-gram acceptance, LAPS-SD regimes); `traces` (real serving
 traces, scripts/simulate_traces.py: `windows`, `noisy_oracle` (predictions of a set Spearman), `head_pool`,
 `head_mapping` (our heads matched into a trace by length quantile), `experiment` (the grid, gains, gain

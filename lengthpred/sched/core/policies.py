@@ -238,6 +238,55 @@ class AgingSJF(SJF):
         return p - self.weight * (t - float(self.ctx.arrival[i])) / p
 
 
+def _checkpointed(policy: Policy, ctx: SchedContext) -> None:
+    """A refined policy reads a predictor with checkpoints (`core.refine.RefinedPredictor`) and re-checks its
+    order at every checkpoint (`tick`), where keys may jump."""
+    pr = ctx.predictor
+    if not hasattr(pr, "remaining_many") or not hasattr(pr, "every"):
+        raise ConfigError(f"policy {policy.name!r} needs a predictor with checkpoints "
+                          "(lengthpred.sched.core.refine.RefinedPredictor)")
+    policy.tick = int(pr.every)
+
+
+@POLICIES.register("refined-srpt")
+class RefinedSRPT(SRPT):
+    """SRPT on a remaining-length prediction refreshed at checkpoints (TRAIL): the key is the latest
+    checkpoint's prediction less the tokens generated since; with `max_preemptions` TRAIL's limited preemption."""
+
+    name = "refined-srpt"
+
+    def __init__(self) -> None:
+        super().__init__(oracle=False)
+
+    def bind(self, ctx: SchedContext) -> None:
+        _checkpointed(self, ctx)
+        super().bind(ctx)  # a predictor with its own `remaining`: keys over the whole batch (SlotRunSet)
+
+
+@POLICIES.register("refined-sjf")
+class RefinedSJF(_LengthPolicy):
+    """SJF whose key, the predicted total length, is refreshed at every checkpoint (tokens generated + the
+    predicted remaining length there). Preemptive at checkpoints: a running request whose refreshed key turns
+    worse than a waiting one's may be evicted (`max_preemptions` caps it; 0: only memory pressure evicts,
+    the victim chosen on refreshed keys)."""
+
+    name = "refined-sjf"
+    preemptive = True
+
+    def __init__(self) -> None:
+        super().__init__(oracle=False)
+
+    def bind(self, ctx: SchedContext) -> None:
+        _checkpointed(self, ctx)
+        super().bind(ctx)
+
+    def waiting_key(self, i: int, steps: int, tokens: float) -> float:
+        return self.ctx.predictor.total(i, tokens)
+
+    def running_keys(self, idx: np.ndarray, steps: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        return self.ctx.predictor.total_many(idx, tokens)
+
+
 POLICIES.register("oracle-sjf")(functools.partial(SJF, oracle=True))
 POLICIES.register("oracle-sjf-aging")(functools.partial(AgingSJF, oracle=True))
 POLICIES.register("oracle-srpt")(functools.partial(SRPT, oracle=True))

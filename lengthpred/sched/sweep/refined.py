@@ -1,0 +1,145 @@
+"""Refined schedulers on T5's workloads (issue 27 item 4): FCFS, prompt-only SJF/SRPT, refined SJF/SRPT over
+sources of checkpoint predictions (`lengthpred.sched.core.refine`), and the clairvoyant oracles.
+
+Each seed draws its requests and arrivals from the same random stream as `experiment.run_grid` (T5), so a seed
+and load here serve the very requests T5 served. Predictor labels (the `source` of each row):
+
+- ``none`` / ``clairvoyant``: FCFS / the oracle policies (T5's);
+- ``prompt``: the prompt-only head's prediction (SJF: its total; refined rows: minus tokens generated);
+- ``oracle-remaining``: the true remaining length at each checkpoint (source a);
+- ``decode-cal``: true remaining × log-normal noise fitted per checkpoint to the decode head's measured Spearman
+  (source c, a model of the head); ``prompt-cal``: the same noise model fitted to the prompt-only head's
+  Spearman at t = 0 and frozen over the request's life (rho = 1): the baseline inside the noise model.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lengthpred.errors import ConfigError
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.sched.core.metrics import summarize
+from lengthpred.sched.core.policies import make_policy
+from lengthpred.sched.core.predictors import ArrayPredictor
+from lengthpred.sched.core.refine import calibrated_source, oracle_source, prompt_source
+from lengthpred.sched.core.simulator import OverloadWarning, simulate
+from lengthpred.sched.core.workload import Workload, capacity
+from lengthpred.sched.sweep.pool import CLAIRVOYANT, NO_PREDICTOR, LengthSource
+
+SOURCES = (NO_PREDICTOR, CLAIRVOYANT, "prompt", "oracle-remaining", "decode-cal", "prompt-cal")
+
+
+@dataclass
+class Entry:
+    label: str  # the policy column of the runs frame
+    policy: str  # registry name
+    source: str  # one of SOURCES
+    sim: dict[str, Any] = field(default_factory=dict)  # simulate() keywords for this row (max_preemptions, …)
+    rho: float | None = None  # decode-cal only: this row's noise correlation between checkpoints (None: the run's)
+
+
+def parse_entries(items: Sequence[Mapping[str, Any]]) -> list[Entry]:
+    """Config entries `{label, policy, source, <simulate keywords>}`; one line for a bad one."""
+    out = []
+    for it in items:
+        d = dict(it)
+        try:
+            e = Entry(d.pop("label"), d.pop("policy"), d.pop("source"), rho=d.pop("rho", None), sim=d)
+        except KeyError as k:
+            raise ConfigError(f"refined entry {it} lacks {k}") from None
+        if e.source not in SOURCES:
+            raise ConfigError(f"refined entry {e.label}: source {e.source!r}; valid: {', '.join(SOURCES)}")
+        make_policy(e.policy)
+        out.append(e)
+    return out
+
+
+def pool_lengths(source: LengthSource) -> np.ndarray:
+    """Every sampled length of the pool (the lengths requests draw), for fitting the noise model."""
+    if source.samples is not None:
+        return np.concatenate([np.asarray(s, dtype=float) for s in source.samples])
+    return np.asarray(source.output, dtype=float)
+
+
+def run_refined(source: LengthSource, profile: HardwareProfile, entries: Sequence[Entry], *, head: str,
+                loads: Sequence[float], seeds: Sequence[int], n_requests: int, every: int,
+                sigma_decode: Mapping[float, float], sigma_prompt: float, rho: float = 0.9,
+                sim: Mapping[str, Any] | None = None, accept_beta: tuple[float, float] = (7.0, 3.0)) -> pd.DataFrame:
+    """The runs frame (`experiment.run_grid`'s schema) of every entry × load × seed."""
+    if head not in source.preds:
+        raise ConfigError(f"head {head!r} not in {source.name}; present: {sorted(source.preds)}")
+    rows = []
+    for seed in seeds:
+        for load in loads:
+            rng = np.random.default_rng(seed)  # run_grid's stream: T5's requests and arrivals
+            req = source.draw(n_requests, rng)
+            out, prm = req.output, req.prompt
+            acc = rng.beta(*accept_beta, len(out))
+            cap = capacity(profile, prm, out, acc, False)
+            arr = np.cumsum(rng.exponential(1.0, len(out))) / (load * cap)
+            wl = Workload(arr, prm, out, acc, None)
+            p = source.preds[head][req.idx]
+            for e in entries:
+                pr = _predictor(e.source, e.policy.startswith("refined"), p, out, every, seed, sigma_decode,
+                                sigma_prompt, rho if e.rho is None else e.rho)
+                with warnings.catch_warnings():  # overload (load >= 1) is expected: runs stop at the horizon
+                    warnings.simplefilter("ignore", OverloadWarning)
+                    res = simulate(wl, profile, make_policy(e.policy), pr, seed=seed,
+                                   **{**dict(sim or {}), **e.sim})
+                for k, v in summarize(res).items():
+                    rows.append((profile.name, source.name, e.label, e.source, float(load), seed, k, v))
+    return pd.DataFrame(rows, columns=["hardware", "data", "policy", "predictor", "load", "seed", "metric", "value"])
+
+
+def _predictor(src: str, refined: bool, p: np.ndarray, out: np.ndarray, every: int, seed: int, sigma_decode: Mapping[float, float],
+               sigma_prompt: float, rho: float) -> Any:
+    if src in (NO_PREDICTOR, CLAIRVOYANT):
+        return None
+    if src == "prompt":
+        return prompt_source(p, out, every) if refined else ArrayPredictor(p, name="prompt")
+    if src == "oracle-remaining":
+        return oracle_source(out, every)
+    if src == "decode-cal":
+        return calibrated_source(out, sigma_decode, every, np.random.default_rng([seed, 31]), rho, name=src)
+    return calibrated_source(out, {0.0: sigma_prompt}, every, np.random.default_rng([seed, 37]), 1.0, name=src)
+
+
+_METRICS = [("per_token_latency_mean", 1e3, "{:.1f}"), ("per_token_latency_p50", 1e3, "{:.1f}"),
+            ("per_token_latency_p99", 1e3, "{:.0f}"), ("preemptions", 1.0, "{:.0f}")]
+
+
+def markdown_table(summary: pd.DataFrame, gain: pd.DataFrame, load: float,
+                   entries: Sequence[Entry] | None = None) -> str:
+    """At `load`: per row, share of the oracle's gain and gain over FCFS (paired over seeds), per-token latency
+    mean, median and p99 (ms/token) and preemptions per run, with 95% bootstrap intervals over seeds."""
+    s = summary[summary["load"].astype(float) == float(load)]
+    g = gain[gain["load"].astype(float) == float(load)]
+    order = list(dict.fromkeys(zip(s["policy"], s["predictor"], strict=True)))
+    if entries is not None:  # the config's order
+        order = [(e.label, e.source) for e in entries if (e.label, e.source) in order]
+    head = ["policy", "source", "share of oracle gain", "gain vs FCFS", "ptl mean (ms/tok)", "ptl median",
+            "ptl p99", "preemptions/run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for pol, pred in order:
+        cells = [pol, pred]
+        for m in ("share_of_oracle", "gain_vs_fcfs"):
+            r = g[(g["policy"] == pol) & (g["predictor"] == pred) & (g["metric"] == m)]
+            cells.append(_pct(r.iloc[0]) if len(r) else "")
+        for m, scale, fmt in _METRICS:
+            r = s[(s["policy"] == pol) & (s["predictor"] == pred) & (s["metric"] == m)].iloc[0]
+            cells.append(f"{fmt.format(scale * r.value)} [{fmt.format(scale * r.ci_low)}, {fmt.format(scale * r.ci_high)}]")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _pct(r: Any) -> str:
+    try:
+        return f"{100 * float(r.value):.0f}% [{100 * float(r.ci_low):.0f}, {100 * float(r.ci_high):.0f}]"
+    except (TypeError, ValueError):
+        return str(r.value)
