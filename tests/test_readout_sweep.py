@@ -133,6 +133,24 @@ def test_pooling_table_separates_pooling_from_head():
     assert "**Head vs linear, same pooling**" in md and "validation prefers the last token itself" in md
 
 
+def test_pooling_pairs_compare_two_poolings_under_the_same_head():
+    features, targets, by_id, split = synthetic(layers=(1,), pools=("last", "mean"))
+    rows, preds = [], {}
+    for p in ("last", "mean"):
+        r, pr = fit_cell(("linear", 1, p), LINEAR, split, by_id, targets, features, n_boot=100, seed=0, n_seeds=1)
+        rows.append(r)
+        preds[("linear", p)] = pr
+    df = pd.DataFrame(rows)
+    diffs = pooling_table.paired_differences(df, preds, reference_head="linear", n_boot=100, seed=0,
+                                             pairs=[["last", "mean"], ["attn", "mean"]])  # attn absent: no row
+    pair = diffs[diffs["kind"] == "pair"]
+    assert list(pair["pooling"]) == ["last − mean"]
+    lin = df.set_index("pooling")["spearman"]
+    assert pair["diff"].iloc[0] == pytest.approx(lin["last"] - lin["mean"]) and pair["ci_low"].iloc[0] > 0
+    md = pooling_table.render(df, diffs, model="m", data="d", layer=1, reference_head="linear")
+    assert "**One pooling against another, same head**" in md and "| last − mean |" in md
+
+
 TOKENS = ["features.pools=[last,mean]", "features.fused=[]"]
 
 

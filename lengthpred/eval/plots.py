@@ -220,5 +220,8 @@ def layer_curves(df: pd.DataFrame, choice: dict, path: str | Path, title: str = 
         a.set_ylim(min(lo for lo, _ in lims), max(hi for _, hi in lims))
     if title:
         fig.suptitle(title, fontsize=9)
-    legend_outside(fig, axes)
+    if len(heads) == 1:  # one panel: an outside legend would run into the title
+        axes[0].legend(fontsize=7, loc="lower right")
+    else:
+        legend_outside(fig, axes)
     return _save(fig, path)

@@ -27,9 +27,12 @@ def paired_differences(
     reference_head: str,
     n_boot: int,
     seed: int,
+    pairs: Sequence[Sequence[str]] = (),
 ) -> pd.DataFrame:
     """One row per (kind, head, pooling): kind `pooling` = head on pooling − the same head on the last
-    token; kind `head` = head − `reference_head` on the same pooling. Test Spearman, paired bootstrap CI."""
+    token; kind `head` = head − `reference_head` on the same pooling; kind `pair` = head on pooling a − the
+    same head on pooling b for each [a, b] of `pairs` (e.g. attention − entropy: ESTP's question, asked of
+    every head). Test Spearman, paired bootstrap CI."""
     out = []
 
     def diff(kind: str, h: str, p: str, a: tuple[str, str], b: tuple[str, str]) -> None:
@@ -53,6 +56,10 @@ def paired_differences(
         for p in poolings:
             if h != reference_head and (reference_head, p) in preds and (h, p) in preds:
                 diff("head", h, p, (h, p), (reference_head, p))
+    for a, b in pairs:
+        for h in heads:
+            if (h, a) in preds and (h, b) in preds:
+                diff("pair", h, f"{a} − {b}", (h, a), (h, b))
     return pd.DataFrame(out, columns=["kind", "head", "pooling", "against", "diff", "ci_low", "ci_high", "p_value"])
 
 
@@ -122,6 +129,8 @@ def render(rows: pd.DataFrame, diffs: pd.DataFrame, *, model: str, data: str, la
                         "last token; paired bootstrap over test prompts, first seed)", "head")
     lines += diff_table("head", f"**Head vs {reference_head}, same pooling** (test Spearman of the head − "
                         f"{reference_head}; paired, first seed)", "head")
+    lines += diff_table("pair", "**One pooling against another, same head** (`sweep.pooling_pairs`; test "
+                        "Spearman difference, paired, first seed)", "head")
     best = val_best_pooling(rows)
     answers = []
     for h, p in best.items():

@@ -80,7 +80,7 @@ def sweep_poolings(cfg: Any, out_dir: str | Path) -> tuple[pd.DataFrame, pd.Data
         preds[(c[0], c[2])] = p
     df = pd.DataFrame(rows)
     diffs = pooling_table.paired_differences(df, preds, reference_head=ref, n_boot=int(s.n_boot),
-                                             seed=int(cfg.seed))
+                                             seed=int(cfg.seed), pairs=[list(p) for p in s.get("pooling_pairs") or []])
     out = _out(out_dir)
     df.to_csv(out / "poolings.csv", index=False)
     diffs.to_csv(out / "pooling_diffs.csv", index=False)
