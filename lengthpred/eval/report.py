@@ -14,6 +14,8 @@ import pandas as pd
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
+from lengthpred.artefacts import METRICS as METRICS_FILE
+from lengthpred.artefacts import SCHED_GAINS, age_key
 from lengthpred.errors import DataError
 from lengthpred.eval import plots
 from lengthpred.eval.inputs import read_costs, read_curves, read_latencies, read_sched
@@ -86,7 +88,7 @@ def attach_n_parameters(df: pd.DataFrame, pred_file: Path) -> pd.DataFrame:
     of the file) or `{h: {"n_parameters": n}, ...}`."""
     if "n_parameters" in df.columns:
         return df
-    path = pred_file.parent / "metrics.json"
+    path = pred_file.parent / METRICS_FILE
     if not path.is_file():
         return df
     try:
@@ -128,10 +130,9 @@ def add_pooled_indomain(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def latest_file_per_group(loaded: Sequence[tuple[Path, pd.DataFrame]]) -> dict[tuple[str, str], Path]:
-    """(head, split) → the most recently written file holding it (then path order), so a rerun supersedes;
-    runs/ and multiruns/ interleave in time, so modification time decides, not the path."""
+    """(head, split) → the newest file holding it (`lengthpred.artefacts.age_key`), so a rerun supersedes."""
     latest: dict[tuple[str, str], Path] = {}
-    for f, df in sorted(loaded, key=lambda fd: (fd[0].stat().st_mtime_ns, str(fd[0]))):
+    for f, df in sorted(loaded, key=lambda fd: age_key(fd[0])):
         for key in df[["head", "split"]].drop_duplicates().itertuples(index=False, name=None):
             latest[key] = f
     return latest
@@ -279,7 +280,7 @@ def make_tables(
     curve_files = [c for c in curves if Path(c).is_file()]
     online_dir = Path(curve_files[-1]).parent if curve_files else None  # the online stage's run dir
     online_targets = maybe(online_dir / "per_target.csv", pd.read_csv) if online_dir else None
-    gains_df = maybe(Path(sched).with_name("sched_gains.csv"), read_sched) if sched is not None else None
+    gains_df = maybe(Path(sched).with_name(SCHED_GAINS), read_sched) if sched is not None else None
     tables = build_tables(
         results,
         sched=sched_df,

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from lengthpred.eval.report import evaluate_run, headline
 from lengthpred.eval.results import write_results
 from lengthpred.paths import resolve
+from lengthpred.stages.locations import splits_json
 from lengthpred.stages.targets import prompt_samples
 
 
@@ -42,7 +43,7 @@ def run_evaluate(cfg: DictConfig, tracked: Callable[[DictConfig, str], AbstractC
             paired_splits=list(e.paired.splits),
             reference=reference,
             samples=samples,
-            splits_json=resolve(e.splits_json) if e.splits_json else None,
+            splits_json=resolve(e.splits_json) if e.splits_json else splits_json(cfg),
             shift_key=str(e.shift_key),
             pool_indomain=bool(e.pool_indomain),
         )

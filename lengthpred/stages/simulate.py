@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from lengthpred.artefacts import SCHED_GAINS, SCHED_LATENCIES, SCHED_RESULTS
 from lengthpred.errors import ConfigError
 from lengthpred.sched.core.hardware import get_profile
 from lengthpred.sched.sweep import experiment as ex
@@ -122,9 +123,9 @@ def run_simulate(cfg: DictConfig, tracker: Any) -> Path:
     summary.insert(0, "experiment", cfg.experiment_name)
     gains = ex.gains(runs, min_oracle_gain=float(sc.min_oracle_gain))
     runs.to_csv(out / "sched_runs.csv", index=False)
-    summary.to_csv(out / "sched_results.csv", index=False)
-    gains.to_csv(out / "sched_gains.csv", index=False)
-    lat.to_parquet(out / "sched_latencies.parquet", index=False)
+    summary.to_csv(out / SCHED_RESULTS, index=False)
+    gains.to_csv(out / SCHED_GAINS, index=False)
+    lat.to_parquet(out / SCHED_LATENCIES, index=False)
     (out / "sched.json").write_text(
         json.dumps(
             {
@@ -146,5 +147,5 @@ def run_simulate(cfg: DictConfig, tracker: Any) -> Path:
         tracker.log_image("gain_vs_load", out / "gain_vs_load.png")
     print(ex.format_table(summary, gains))
     print("\n" + ex.short_t5(summary, gains))
-    print(f"wrote {out}/sched_results.csv (+ runs, gains, latencies, plot)")
+    print(f"wrote {out / SCHED_RESULTS} (+ runs, gains, latencies, plot)")
     return out

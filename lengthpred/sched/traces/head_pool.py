@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lengthpred.artefacts import PREDICTIONS
+
 __all__ = ["has_predictions"]
 
 
 def has_predictions(path: str | Path) -> bool:
     """A predictions.parquet file, or a directory holding at least one."""
     p = Path(path)
-    return p.is_file() or (p.is_dir() and any(p.rglob("predictions.parquet")))
+    return p.is_file() or (p.is_dir() and any(p.rglob(PREDICTIONS)))
