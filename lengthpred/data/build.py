@@ -48,7 +48,7 @@ FEATURES = Features({
 
 
 STAMP = "build.json"  # what a prepared set was built from (config, input contents, code) and its outputs' digests
-PATH_KEYS = ("root", "fetch", "out_dir", "train_path", "test_path")  # where things live, not what they are
+PATH_KEYS = ("root", "fetch", "out_dir", "train_path", "test_path", "trace_file")  # where things live, not what they are
 
 
 def config_hash(data_cfg: Mapping[str, Any]) -> str:
@@ -67,7 +67,7 @@ def input_digests(data_cfg: Mapping[str, Any]) -> list[str]:
     if data_cfg.get("kind") != "trace":
         return []
     return [f"{role}:{d}" for role in ("train", "test")
-            for d in sorted(file_digest(p) for p in expand_paths(data_cfg.get(f"{role}_path"), f"data.{role}_path"))]
+            for d in sorted(file_digest(p) for p in expand_paths(data_cfg.get(f"{role}_path"), f"data.{role}_path", data_cfg.get("trace_file")))]
 
 
 def _plain(node: Any) -> Any:
