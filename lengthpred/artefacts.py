@@ -24,6 +24,7 @@ HEAD = "head"  # the train stage's saved head folder (`<run>/head/head.json`)
 HEAD_SPEC = "head.json"
 ONLINE_SUMMARY = "summary.csv"  # the adapt stage: per pair and head, end-of-stream metrics and update_ms
 CURVES = "curves.csv"  # the adapt stage: held-out Spearman/MAE vs labels learned
+STREAM_CURVES = "stream_curves.csv"  # the adapt stage: the main adaptation curve (in-stream Spearman)
 SCHED_RESULTS = "sched_results.csv"  # the simulate stage (T5)
 SCHED_GAINS = "sched_gains.csv"  # the simulate stage, beside sched_results.csv
 SCHED_LATENCIES = "sched_latencies.parquet"  # the simulate stage (latency CDF plot)

@@ -46,5 +46,10 @@ def test_no_path_value_in_conf_is_a_glob():
 
 def test_the_check_catches_a_glob(tmp_path):
     (tmp_path / "eval").mkdir()
-    (tmp_path / "eval" / "x.yaml").write_text('inputs:\n  curves: "**/curves.csv"\nheads: [train/*/head]\nn: 3\n')
-    assert glob_values(tmp_path) == ["eval/x.yaml: inputs.curves=**/curves.csv", "eval/x.yaml: heads[0]=train/*/head"]
+    (tmp_path / "eval" / "x.yaml").write_text(
+        'inputs:\n  curves: "**/curves.csv"\nheads: [train/*/head]\nn: 3\n'
+    )
+    assert glob_values(tmp_path) == [
+        "eval/x.yaml: inputs.curves=**/curves.csv",
+        "eval/x.yaml: heads[0]=train/*/head",
+    ]

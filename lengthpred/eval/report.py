@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from lengthpred.artefacts import METRICS as METRICS_FILE
-from lengthpred.artefacts import SCHED_GAINS, age_key
+from lengthpred.artefacts import SCHED_GAINS, STREAM_CURVES, age_key
 from lengthpred.errors import DataError
 from lengthpred.eval import plots
 from lengthpred.eval.inputs import read_costs, read_curves, read_latencies, read_sched
@@ -308,7 +308,7 @@ def make_tables(
         p = plots.heatmap_cross(results, pdir / f"cross_heatmap_{h}.png", h, o.get("t2_metric", "spearman"))
         if p is not None:
             out.plots[f"cross_heatmap_{h}"] = p
-    if online_dir is not None and (online_dir / "stream_curves.csv").is_file():
+    if online_dir is not None and (online_dir / STREAM_CURVES).is_file():
         out.plots.update(adaptation_figures(online_dir, pdir))  # summary over pairs + per-target grid
     elif curve_files:
         p = plots.adaptation_curves(

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from lengthpred.artefacts import CURVES, ONLINE_SUMMARY, PREDICTIONS
+from lengthpred.artefacts import CURVES, ONLINE_SUMMARY, PREDICTIONS, STREAM_CURVES
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.names import PAIR_SEP, forgetting_of, mean_oracle_name, rls_name
 from lengthpred.online.config import select_alpha
@@ -185,7 +185,7 @@ def run_adaptation(
         seed=int(s.seed),
     )
     curves_df.to_csv(out / CURVES, index=False)
-    stream_df.to_csv(out / "stream_curves.csv", index=False)
+    stream_df.to_csv(out / STREAM_CURVES, index=False)
     summary_df.to_csv(out / ONLINE_SUMMARY, index=False)
     pairs_df.to_csv(out / "pairs.csv", index=False)
     seeds_df.to_csv(out / "pairs_seeds.csv", index=False)
