@@ -26,6 +26,7 @@ from lengthpred import artefacts as names
 from lengthpred.artefacts import newest_output, oldest_first, outputs
 from lengthpred.artefacts import splits_dir as data_splits_dir
 from lengthpred.generate.settings import GenerationSettings
+from lengthpred.generate.store import part_files
 from lengthpred.paths import resolve
 
 
@@ -58,6 +59,12 @@ def generations_dir(cfg: Any, settings: GenerationSettings | None = None) -> Pat
     """`<data_dir>/generations/<model>/<data.name>/<settings-hash>/` of a composed config."""
     settings = settings or GenerationSettings.from_cfg(cfg.generate)
     return data_dir(cfg) / "generations" / str(cfg.model.name) / str(cfg.data.name) / settings.settings_hash()
+
+
+def generation_parts(cfg: Any, settings: GenerationSettings | None = None) -> list[Path]:
+    """The generate stage's part files (its shard layout: `lengthpred.generate.store.part_files`) of a composed
+    config under `generations_dir`; none when it has not run at these settings."""
+    return part_files(generations_dir(cfg, settings))
 
 
 def splits_dir(cfg: Any) -> Path:
