@@ -24,6 +24,7 @@ from lengthpred.errors import ConfigError, DataError
 from lengthpred.features import FeatureSettings
 from lengthpred.paths import REPO_ROOT
 from lengthpred.stages.costs import costs_from_config
+from lengthpred.stages.provenance import provenance_of
 from lengthpred.stages.runs import find_head_runs
 from tests.conftest import compose_cfg
 from tests.test_heads_proxy import tiny_encoder  # noqa: F401  (the tiny BERT proxy encoder fixture)
@@ -174,7 +175,7 @@ def test_script_writes_costs_json_and_t6_gets_the_columns(tiny_experiment, tmp_p
     root = write_experiment(tmp_path / "eval", n=15)
     res = evaluate_run(
         root,
-        OmegaConf.create({}),
+        provenance_of(None),
         n_boot=0,
         reference=root / "reference.jsonl",
         splits_json=root / "splits.json",

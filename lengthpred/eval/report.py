@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from lengthpred.artefacts import METRICS as METRICS_FILE
@@ -25,6 +24,7 @@ from lengthpred.eval.results import (
     CEILING_HEAD,
     RESULT_COLUMNS,
     Provenance,
+    ProvenanceOf,
     ceiling_rows,
     check_consistent,
     config_difference,
@@ -157,7 +157,7 @@ def check_same_provenance(files: Sequence[tuple[Path, Provenance]]) -> None:
 
 def evaluate_run(
     root: str | Path,
-    fallback_cfg: DictConfig,
+    provenance_of: ProvenanceOf,
     *,
     metrics: Sequence[str] | None = None,
     n_boot: int = 1000,
@@ -192,7 +192,7 @@ def evaluate_run(
         if df.empty:
             log.warning("evaluate: %s superseded by newer runs of the same heads and splits; skipped", f)
             continue
-        kept.append((f, df, provenance_for(f, Path(root), fallback_cfg)))
+        kept.append((f, df, provenance_for(f, Path(root), provenance_of)))
     check_same_provenance([(f, p) for f, _, p in kept])
     prov = None
     across = []

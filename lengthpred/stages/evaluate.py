@@ -17,6 +17,7 @@ from lengthpred.eval.report import evaluate_run, headline
 from lengthpred.eval.results import write_results
 from lengthpred.paths import resolve
 from lengthpred.stages.locations import splits_json
+from lengthpred.stages.provenance import provenance_of
 from lengthpred.stages.targets import prompt_samples
 
 
@@ -31,7 +32,7 @@ def run_evaluate(cfg: DictConfig, tracked: Callable[[DictConfig, str], AbstractC
     with tracked(cfg, "evaluate") as tracker:
         results = evaluate_run(
             resolve(e.input_dir),
-            cfg,
+            provenance_of(cfg),
             metrics=list(e.metrics),
             n_boot=int(e.n_boot),
             seed=int(e.seed),

@@ -29,6 +29,7 @@ from lengthpred.heads.training import PREDICTION_COLUMNS, score
 from lengthpred.names import SplitName
 from lengthpred.paths import resolve
 from lengthpred.stages.locations import predictions_files
+from lengthpred.stages.provenance import provenance_of
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +110,13 @@ def stack_from_config(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     out_dir = Path(out_dir)
     root = resolve(s.input_dir)
     fa, a = head_rows(root, base, skip=out_dir.resolve())
-    pa = provenance_for(fa, root, cfg)
+    runs = provenance_of(cfg)
+    pa = provenance_for(fa, root, runs)
     label = str(s.label or (f"stack_{base}_{partners[0]}" if len(partners) == 1 else f"stack_{base}"))
     fits = []
     for partner in partners:
         fb, b = head_rows(root, partner, skip=out_dir.resolve())
-        pb = provenance_for(fb, root, cfg)
+        pb = provenance_for(fb, root, runs)
         if (pa.model, pa.config_hash) != (pb.model, pb.config_hash):
             raise DataError(
                 f"{fa} and {fb} come from different models or configs ({pa.config_hash} vs {pb.config_hash})"
