@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.stages.adapt import run_adaptation
+from lengthpred.stages.locations import run_dir
 from lengthpred.tracking import tracked
 
 log = logging.getLogger("lengthpred.adapt")
@@ -31,7 +32,7 @@ log = logging.getLogger("lengthpred.adapt")
 @stage
 def main(cfg: DictConfig) -> None:
     with tracked(cfg, "adapt") as tracker:
-        res = run_adaptation(cfg, cfg.paths.output_dir, tracker=tracker)
+        res = run_adaptation(cfg, run_dir(cfg), tracker=tracker)
     log.info("adapt: %s", res)
 
 

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.stages.castillo import run_castillo
+from lengthpred.stages.locations import run_dir
 from lengthpred.tracking import tracked
 
 
@@ -23,9 +24,9 @@ from lengthpred.tracking import tracked
 @stage
 def main(cfg: DictConfig) -> None:
     with tracked(cfg, "castillo") as tracker:
-        s = run_castillo(cfg, cfg.paths.output_dir)
+        s = run_castillo(cfg, run_dir(cfg))
         tracker.summary({f"seconds/{k}": v for k, v in s["seconds"].items()})
-    with open(f"{cfg.paths.output_dir}/tables/T7_summary.md", encoding="utf-8") as f:
+    with open(f"{run_dir(cfg)}/tables/T7_summary.md", encoding="utf-8") as f:
         print(f.read())
     u = s["union"]
     if u["missing_by_design"]:

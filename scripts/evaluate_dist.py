@@ -17,13 +17,14 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.stages.dist import run_dist
+from lengthpred.stages.locations import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    run_dist(cfg, cfg.paths.output_dir)
-    print((Path(cfg.paths.output_dir) / "dist.md").read_text())
+    run_dist(cfg, run_dir(cfg))
+    print((Path(run_dir(cfg)) / "dist.md").read_text())
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ update latency of the online rls@λ heads and extraction overhead relative to a 
 
 Reads outputs/<experiment>/train*/<head>/head (scripts/train.py), the feature store and the serving model;
 writes costs.json into the run directory (outputs/<experiment>/runs/<time>/), which scripts/make_tables.py
-picks up (eval.inputs.costs). Keys: conf/costs/default.yaml.
+picks up (lengthpred.stages.locations.costs_file). Keys: conf/costs/default.yaml.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from lengthpred.artefacts import COSTS
 from lengthpred.cli import stage
 from lengthpred.costs import write_costs
 from lengthpred.stages.costs import costs_from_config
+from lengthpred.stages.locations import run_dir
 from lengthpred.tracking import tracked
 
 COLUMNS = ["head", "n_parameters", "extraction_overhead_pct", "predict_latency_ms", "update_latency_ms"]
@@ -27,7 +29,7 @@ COLUMNS = ["head", "n_parameters", "extraction_overhead_pct", "predict_latency_m
 def main(cfg: DictConfig) -> None:
     with tracked(cfg, "costs") as tracker:
         doc = costs_from_config(cfg)
-        path = write_costs(doc, f"{cfg.paths.output_dir}/costs.json")
+        path = write_costs(doc, run_dir(cfg) / COSTS)
         table = [[r.get(c) for c in COLUMNS] for r in doc["rows"]]
         tracker.log_table("costs", COLUMNS, table)
     ext = doc["meta"]["extraction"]

@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
+from lengthpred.stages.locations import run_dir
 from lengthpred.stages.sweep import render, sweep_features
 from lengthpred.tracking import tracked
 
@@ -21,7 +22,7 @@ from lengthpred.tracking import tracked
 @stage
 def main(cfg: DictConfig) -> None:
     with tracked(cfg, "sweep") as tracker:
-        df = sweep_features(cfg, cfg.paths.output_dir)
+        df = sweep_features(cfg, run_dir(cfg))
         tracker.log_table("sweep", list(df.columns), df.astype(str).values.tolist())
     print(render(df, cfg))
 

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.heads.layer_choice import render_choice
+from lengthpred.stages.locations import run_dir
 from lengthpred.stages.readout_sweep import sweep_layers
 from lengthpred.tracking import tracked
 
@@ -23,7 +24,7 @@ from lengthpred.tracking import tracked
 @stage
 def main(cfg: DictConfig) -> None:
     with tracked(cfg, "sweep_layers") as tracker:
-        df, choice = sweep_layers(cfg, cfg.paths.output_dir)
+        df, choice = sweep_layers(cfg, run_dir(cfg))
         tracker.log_table("layers", list(df.columns), df.astype(str).values.tolist())
     print(render_choice(choice, str(cfg.model.name), str(cfg.data.name)))
 

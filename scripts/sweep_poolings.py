@@ -15,6 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
+from lengthpred.stages.locations import run_dir
 from lengthpred.stages.readout_sweep import pooling_layer, render_poolings, sweep_poolings
 from lengthpred.tracking import tracked
 
@@ -23,7 +24,7 @@ from lengthpred.tracking import tracked
 @stage
 def main(cfg: DictConfig) -> None:
     with tracked(cfg, "sweep_poolings") as tracker:
-        df, diffs = sweep_poolings(cfg, cfg.paths.output_dir)
+        df, diffs = sweep_poolings(cfg, run_dir(cfg))
         tracker.log_table("poolings", list(df.columns), df.astype(str).values.tolist())
     print(render_poolings(df, diffs, cfg, pooling_layer(cfg.sweep)))
 

@@ -17,6 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
+from lengthpred.stages.locations import run_dir
 from lengthpred.stages.train import train_from_config
 from lengthpred.tracking import tracked
 
@@ -25,10 +26,10 @@ from lengthpred.tracking import tracked
 @stage
 def main(cfg: DictConfig) -> None:
     with tracked(cfg, "train") as tracker:
-        m = train_from_config(cfg, cfg.paths.output_dir, tracker=tracker)
+        m = train_from_config(cfg, run_dir(cfg), tracker=tracker)
     print(
         f"{m['head']}: spearman {m['spearman']}, kendall {m['kendall']}, mae {m['mae']} "
-        f"(n_train {m['n_train']}, n_test {m['n_test']}, {m['n_parameters']} parameters) → {cfg.paths.output_dir}"
+        f"(n_train {m['n_train']}, n_test {m['n_test']}, {m['n_parameters']} parameters) → {run_dir(cfg)}"
     )
 
 

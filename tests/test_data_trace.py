@@ -103,7 +103,7 @@ def test_missing_file_and_bad_options(tmp_path):
 def test_castillo_as_a_user_reads_it(tmp_path):
     cfg = compose_cfg(["data=castillo"], tmp_path)
     with open_dict(cfg):
-        cfg.data.train_path = cfg.data.train_path.replace("/*/", "/Mbpp/")
+        cfg.data.train_path = f"{cfg.data.train_path}/Mbpp/{cfg.data.trace_file}"
     assert cfg.data.prompt_field == "prompt_text" and cfg.data.length_field == "output_sizes"
     recs, splits = build_from_trace(cfg.data)
     assert len(recs) == 195 and all(len(r["lengths"]) == 10 for r in recs)
@@ -154,3 +154,15 @@ def test_a_change_to_the_data_code_rebuilds_the_cached_prompt_set(tmp_path, monk
     monkeypatch.setattr(build, "code_hash", lambda: "changed-code")
     prepare(cfg)
     assert splits.stat().st_mtime_ns > before  # same config, new code: rebuilt
+
+
+def test_a_folder_with_trace_file_reads_that_file_in_each_sub_folder(tmp_path):
+    from lengthpred.data.trace import expand_paths
+
+    for ds in ("b", "a", "c"):
+        (tmp_path / ds).mkdir()
+        if ds != "c":  # a dataset this model has no file in is skipped, as CASTILLO's smaller models need
+            (tmp_path / ds / "m.jsonl").write_text("{}\n")
+    assert expand_paths(str(tmp_path), "data.train_path", "m.jsonl") == [tmp_path / "a" / "m.jsonl", tmp_path / "b" / "m.jsonl"]
+    with pytest.raises(DataError, match="no sub-folder holds other.jsonl"):
+        expand_paths(str(tmp_path), "data.train_path", "other.jsonl")

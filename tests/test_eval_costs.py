@@ -24,6 +24,7 @@ from lengthpred.errors import ConfigError, DataError
 from lengthpred.features import FeatureSettings
 from lengthpred.paths import REPO_ROOT
 from lengthpred.stages.costs import costs_from_config
+from lengthpred.stages.provenance import provenance_of
 from lengthpred.stages.runs import find_head_runs
 from tests.conftest import compose_cfg
 from tests.test_heads_proxy import tiny_encoder  # noqa: F401  (the tiny BERT proxy encoder fixture)
@@ -137,7 +138,7 @@ def test_update_latency_comes_from_the_online_summary_when_present(tiny_experime
     cfg = _cfg(
         tiny_experiment,
         tmp_path,
-        "++costs.heads=[train/linear/head]",
+        "++costs.heads=[train/linear]",
         f"++costs.online_summary={summary}",
     )
     doc = costs_from_config(cfg, progress=False)
@@ -151,7 +152,7 @@ def test_update_latency_comes_from_the_online_summary_when_present(tiny_experime
 def test_script_writes_costs_json_and_t6_gets_the_columns(tiny_experiment, tmp_path):
     from lengthpred.eval import write_results
     from lengthpred.eval.report import evaluate_run, make_tables
-    from lengthpred.stages.runs import newest
+    from lengthpred.stages.locations import costs_file
     from tests.eval_fixtures import write_experiment
 
     base, exp = tiny_experiment
@@ -169,12 +170,12 @@ def test_script_writes_costs_json_and_t6_gets_the_columns(tiny_experiment, tmp_p
     r = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "costs of 7 heads" in r.stdout
-    assert newest(tmp_path / "outputs", "**/costs.json") == run_dir / "costs.json"  # what make_tables globs
+    assert costs_file(tmp_path / "outputs") == run_dir / "costs.json"  # what make_tables reads
 
     root = write_experiment(tmp_path / "eval", n=15)
     res = evaluate_run(
         root,
-        OmegaConf.create({}),
+        provenance_of(None),
         n_boot=0,
         reference=root / "reference.jsonl",
         splits_json=root / "splits.json",
@@ -194,7 +195,7 @@ def test_script_writes_costs_json_and_t6_gets_the_columns(tiny_experiment, tmp_p
 def test_bad_inputs_are_named(tiny_experiment, tmp_path):
     base, exp = tiny_experiment
     with pytest.raises(DataError, match="no saved heads"):
-        find_head_runs(tmp_path, ["train/*/head"])
+        find_head_runs(tmp_path, ["train"])
     # a head trained for another model
     other = tmp_path / "other"
     (other / "train").mkdir(parents=True)

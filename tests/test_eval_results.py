@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
 
 from lengthpred.errors import DataError
 from lengthpred.eval import read_results, write_results
 from lengthpred.eval.report import evaluate_run, make_tables
 from lengthpred.metrics import UNDEFINED
+from lengthpred.stages.provenance import provenance_of
 from tests.eval_fixtures import write_experiment
 
-NO_CFG = OmegaConf.create({})
+NO_CFG = provenance_of(None)
 
 
 def _evaluate(root: Path, n_boot: int = 100) -> pd.DataFrame:

@@ -11,6 +11,7 @@ import pytest
 from lengthpred.errors import DataError
 from lengthpred.eval.report import evaluate_run
 from lengthpred.eval.selection import read_fits, resolve_paired_heads, selection_table
+from lengthpred.stages.provenance import provenance_of
 
 SEARCH = {
     "protocol": "random",
@@ -67,7 +68,7 @@ def test_multi_seed_heads_compete_on_their_seed_mean_and_the_newest_run_counts(t
 
 def test_auto_without_train_runs_is_an_error_before_any_prediction_is_read(tmp_path):
     with pytest.raises(DataError, match="no train-stage metrics.json"):
-        evaluate_run(tmp_path, None, paired_heads=["auto"])
+        evaluate_run(tmp_path, provenance_of(None), paired_heads=["auto"])
 
 
 def test_selection_table_shows_budget_space_choice_and_spread(tmp_path):

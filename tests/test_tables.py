@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
 
 from lengthpred.eval import write_results
 from lengthpred.eval.report import evaluate_run, make_tables
 from lengthpred.paths import REPO_ROOT
+from lengthpred.stages.provenance import provenance_of
 from tests.conftest import compose_cfg
 from tests.eval_fixtures import write_costs, write_experiment, write_sched
 
@@ -21,7 +21,7 @@ def _pipeline(root: Path, n_boot: int = 100) -> tuple[Path, dict]:
     write_experiment(root, n=25)
     res = evaluate_run(
         root,
-        OmegaConf.create({}),
+        provenance_of(None),
         n_boot=n_boot,
         seed=3,
         reference=root / "reference.jsonl",
@@ -105,7 +105,7 @@ def test_t5_uses_paired_gains_and_shows_missing_intervals_plainly(tmp_path):
 
 def test_plots_are_written(tmp_path):
     root = write_experiment(tmp_path, n=20)
-    res = evaluate_run(root, OmegaConf.create({}), n_boot=0, splits_json=root / "splits.json")
+    res = evaluate_run(root, provenance_of(None), n_boot=0, splits_json=root / "splits.json")
     results = write_results(res, root / "results.csv")
     curves = pd.DataFrame(
         [
@@ -170,7 +170,7 @@ def test_t3_from_the_online_per_target_summary(tmp_path):
 
 def test_make_tables_reads_the_online_run_next_to_its_curves(tmp_path):
     root = write_experiment(tmp_path, n=20)
-    res = evaluate_run(root, OmegaConf.create({}), n_boot=0, splits_json=root / "splits.json")
+    res = evaluate_run(root, provenance_of(None), n_boot=0, splits_json=root / "splits.json")
     results = write_results(res, root / "results.csv")
     run = root / "adapt"
     run.mkdir()

@@ -61,8 +61,8 @@ class HeadRun:
 class CostSettings:
     """The keys of `conf/costs/default.yaml` (all optional: these are the defaults)."""
 
-    heads: tuple[str, ...] = ("train/*/head", "train_proxy/*/head")  # globs of saved heads, experiment dir
-    online_summary: str | None = "**/summary.csv"  # glob (newest) or absolute path; null: measure
+    heads: tuple[str, ...] = ("train", "train_proxy")  # stages whose saved heads are timed (experiment dir)
+    online_summary: str | None = "auto"  # auto: the adapt stage's newest summary.csv; a path: that file; null: measure
     online: bool = True  # rls@λ rows (online.forgetting) on the online feature; needs a feature store
     split: str = "test"  # in-domain part the prompts are sampled from
     predict_prompts: int = 16

@@ -14,6 +14,7 @@ from typing import Any
 from datasets import Dataset, Features, List, Value, load_from_disk
 from tqdm import tqdm
 
+from lengthpred.artefacts import SPLITS_JSON, splits_dir
 from lengthpred.data.readers import BadInputLog
 from lengthpred.data.records import COLUMNS
 from lengthpred.data.select import build_pools, select_domain
@@ -46,17 +47,8 @@ FEATURES = Features({
 })
 
 
-def splits_dir(data_cfg: Mapping[str, Any], data_dir: str | Path | None = None) -> Path:
-    """`<data_dir>/splits/<name>`; without data_dir, `data.out_dir` (= `${paths.data_dir}/splits/<name>`)."""
-    if data_dir is not None:
-        return resolve(data_dir) / "splits" / str(data_cfg["name"])
-    if data_cfg.get("out_dir"):
-        return resolve(str(data_cfg["out_dir"]))
-    return home_data_dir() / "splits" / str(data_cfg["name"])
-
-
 STAMP = "build.json"  # what a prepared set was built from (config, input contents, code) and its outputs' digests
-PATH_KEYS = ("root", "fetch", "out_dir", "train_path", "test_path")  # where things live, not what they are
+PATH_KEYS = ("root", "fetch", "out_dir", "train_path", "test_path", "trace_file")  # where things live, not what they are
 
 
 def config_hash(data_cfg: Mapping[str, Any]) -> str:
@@ -75,7 +67,7 @@ def input_digests(data_cfg: Mapping[str, Any]) -> list[str]:
     if data_cfg.get("kind") != "trace":
         return []
     return [f"{role}:{d}" for role in ("train", "test")
-            for d in sorted(file_digest(p) for p in expand_paths(data_cfg.get(f"{role}_path"), f"data.{role}_path"))]
+            for d in sorted(file_digest(p) for p in expand_paths(data_cfg.get(f"{role}_path"), f"data.{role}_path", data_cfg.get("trace_file")))]
 
 
 def _plain(node: Any) -> Any:
@@ -171,7 +163,7 @@ def _fingerprint(data_cfg: Mapping[str, Any], reference: Path | None) -> dict[st
 
 
 def _outputs(out: Path) -> dict[str, str]:
-    return {"splits.json": file_digest(out / "splits.json"), "prompts": tree_digest(out / "prompts")}
+    return {SPLITS_JSON: file_digest(out / SPLITS_JSON), "prompts": tree_digest(out / "prompts")}
 
 
 def _read_stamp(out: Path) -> dict[str, Any] | None:
@@ -183,7 +175,7 @@ def _read_stamp(out: Path) -> dict[str, Any] | None:
 
 def _stale(out: Path, want: dict[str, Any], stamp: dict[str, Any] | None) -> str | None:
     """Why a prepared set cannot be reused (None: it can)."""
-    if stamp is None or not (out / "splits.json").is_file() or not (out / "prompts").is_dir():
+    if stamp is None or not (out / SPLITS_JSON).is_file() or not (out / "prompts").is_dir():
         return "not built yet"
     if stamp.get("state") == "building":
         return "its last build was interrupted"
@@ -246,7 +238,7 @@ def _prepare(data_cfg: Mapping[str, Any], out: Path, reference: Path | None, for
     Dataset.from_list(rows, features=FEATURES).save_to_disk(str(tmp))
     shutil.rmtree(out / "prompts", ignore_errors=True)
     os.replace(tmp, out / "prompts")
-    atomic_write_text(out / "splits.json", json.dumps(splits, indent=1, sort_keys=False))
+    atomic_write_text(out / SPLITS_JSON, json.dumps(splits, indent=1, sort_keys=False))
     atomic_write_text(out / STAMP, json.dumps({**want, "outputs": _outputs(out)}, indent=1))
     by_id = {r["id"]: r for r in records}
     print(format_table(summary_rows(splits, by_id, served)))
@@ -289,7 +281,7 @@ def load_prompts(data_cfg: Mapping[str, Any], data_dir: str | Path | None = None
 
 def load_splits(data_cfg: Mapping[str, Any], data_dir: str | Path | None = None) -> dict[str, Any]:
     """The parsed splits.json of a prepared data config, checked against what it was built from."""
-    p = _check_built(data_cfg, splits_dir(data_cfg, data_dir), "splits.json")
+    p = _check_built(data_cfg, splits_dir(data_cfg, data_dir), SPLITS_JSON)
     try:
         return json.loads(p.read_text())
     except ValueError:

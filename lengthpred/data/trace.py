@@ -39,15 +39,22 @@ def _locate(spec: str) -> Path:
     return here if here.exists() or glob.glob(str(here)) else resolve(spec)
 
 
-def expand_paths(spec: str | Sequence[str] | None, what: str) -> list[Path]:
-    """A path, a glob, or a list of either → existing files (a pattern that matches nothing is an error)."""
+def expand_paths(spec: str | Sequence[str] | None, what: str, file_name: str | None = None) -> list[Path]:
+    """A path, a glob, or a list of either → existing files (a pattern that matches nothing is an error). With
+    `file_name` (`data.trace_file`), a folder means the file of that name in each of its sub-folders that has
+    it (CASTILLO's `<dataset>/<model>.jsonl`), in folder-name order."""
     if spec is None:
         return []
     specs = [spec] if isinstance(spec, str | Path) else list(spec)
     out: list[Path] = []
     for s in map(str, specs):
         p = _locate(s)
-        if any(ch in s for ch in "*?["):
+        if file_name and p.is_dir():
+            hits = sorted(f for f in (d / file_name for d in p.iterdir() if d.is_dir()) if f.is_file())
+            if not hits:
+                raise DataError(f"{what}={p}: no sub-folder holds {file_name}")
+            out += hits
+        elif any(ch in s for ch in "*?["):
             hits = sorted(Path(h) for h in glob.glob(str(p)))
             if not hits:
                 raise DataError(f"{what}={s}: no file matches")
@@ -168,13 +175,13 @@ def build_from_trace(data_cfg: Mapping[str, Any]) -> tuple[list[Record], dict[st
     bad = BadInputLog(data_cfg["on_bad_input"])
     kw = dict(domain_field=data_cfg["domain_field"], length_model=str(data_cfg["length_model"]))
     pf, lf = str(data_cfg["prompt_field"]), data_cfg["length_field"]
-    train_recs, n_dup_tr = merge_duplicates(list(read_trace(expand_paths(data_cfg["train_path"], "data.train_path"),
+    train_recs, n_dup_tr = merge_duplicates(list(read_trace(expand_paths(data_cfg["train_path"], "data.train_path", data_cfg.get("trace_file")),
                                                             pf, lf, bad, **kw)))
     seed = int(data_cfg["seed"])
     val_f, test_f = float(data_cfg["val_fraction"]), float(data_cfg["test_fraction"])
     n_cross_dup = 0
     if data_cfg["test_path"]:
-        test_recs, n_dup_te = merge_duplicates(list(read_trace(expand_paths(data_cfg["test_path"], "data.test_path"),
+        test_recs, n_dup_te = merge_duplicates(list(read_trace(expand_paths(data_cfg["test_path"], "data.test_path", data_cfg.get("trace_file")),
                                                                pf, lf, bad, **kw)))
         test_keys = {content_key(r["messages"]) for r in test_recs}
         kept = [r for r in train_recs if content_key(r["messages"]) not in test_keys]

@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lengthpred.artefacts import PREDICTIONS
 from lengthpred.errors import DataError
 from lengthpred.seeds import POINT_COLUMNS, seed_columns
 
 PREDICTION_COLUMNS = ("head", "split", "id", "domain", "y_true", "y_pred", "n_samples", "capped_frac")
-PREDICTIONS_NAME = "predictions.parquet"
+PREDICTIONS_NAME = PREDICTIONS
 
 
 def find_predictions(root: str | Path) -> list[Path]:

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
+from lengthpred.artefacts import METRICS as METRICS_FILE
+from lengthpred.artefacts import SCHED_GAINS, STREAM_CURVES, age_key
 from lengthpred.errors import DataError
 from lengthpred.eval import plots
 from lengthpred.eval.inputs import read_costs, read_curves, read_latencies, read_sched
@@ -23,6 +24,7 @@ from lengthpred.eval.results import (
     CEILING_HEAD,
     RESULT_COLUMNS,
     Provenance,
+    ProvenanceOf,
     ceiling_rows,
     check_consistent,
     config_difference,
@@ -86,7 +88,7 @@ def attach_n_parameters(df: pd.DataFrame, pred_file: Path) -> pd.DataFrame:
     of the file) or `{h: {"n_parameters": n}, ...}`."""
     if "n_parameters" in df.columns:
         return df
-    path = pred_file.parent / "metrics.json"
+    path = pred_file.parent / METRICS_FILE
     if not path.is_file():
         return df
     try:
@@ -128,10 +130,9 @@ def add_pooled_indomain(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def latest_file_per_group(loaded: Sequence[tuple[Path, pd.DataFrame]]) -> dict[tuple[str, str], Path]:
-    """(head, split) → the most recently written file holding it (then path order), so a rerun supersedes;
-    runs/ and multiruns/ interleave in time, so modification time decides, not the path."""
+    """(head, split) → the newest file holding it (`lengthpred.artefacts.age_key`), so a rerun supersedes."""
     latest: dict[tuple[str, str], Path] = {}
-    for f, df in sorted(loaded, key=lambda fd: (fd[0].stat().st_mtime_ns, str(fd[0]))):
+    for f, df in sorted(loaded, key=lambda fd: age_key(fd[0])):
         for key in df[["head", "split"]].drop_duplicates().itertuples(index=False, name=None):
             latest[key] = f
     return latest
@@ -156,7 +157,7 @@ def check_same_provenance(files: Sequence[tuple[Path, Provenance]]) -> None:
 
 def evaluate_run(
     root: str | Path,
-    fallback_cfg: DictConfig,
+    provenance_of: ProvenanceOf,
     *,
     metrics: Sequence[str] | None = None,
     n_boot: int = 1000,
@@ -191,7 +192,7 @@ def evaluate_run(
         if df.empty:
             log.warning("evaluate: %s superseded by newer runs of the same heads and splits; skipped", f)
             continue
-        kept.append((f, df, provenance_for(f, Path(root), fallback_cfg)))
+        kept.append((f, df, provenance_for(f, Path(root), provenance_of)))
     check_same_provenance([(f, p) for f, _, p in kept])
     prov = None
     across = []
@@ -279,7 +280,7 @@ def make_tables(
     curve_files = [c for c in curves if Path(c).is_file()]
     online_dir = Path(curve_files[-1]).parent if curve_files else None  # the online stage's run dir
     online_targets = maybe(online_dir / "per_target.csv", pd.read_csv) if online_dir else None
-    gains_df = maybe(Path(sched).with_name("sched_gains.csv"), read_sched) if sched is not None else None
+    gains_df = maybe(Path(sched).with_name(SCHED_GAINS), read_sched) if sched is not None else None
     tables = build_tables(
         results,
         sched=sched_df,
@@ -307,7 +308,7 @@ def make_tables(
         p = plots.heatmap_cross(results, pdir / f"cross_heatmap_{h}.png", h, o.get("t2_metric", "spearman"))
         if p is not None:
             out.plots[f"cross_heatmap_{h}"] = p
-    if online_dir is not None and (online_dir / "stream_curves.csv").is_file():
+    if online_dir is not None and (online_dir / STREAM_CURVES).is_file():
         out.plots.update(adaptation_figures(online_dir, pdir))  # summary over pairs + per-target grid
     elif curve_files:
         p = plots.adaptation_curves(

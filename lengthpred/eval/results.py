@@ -19,14 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.errors import DataError
 from lengthpred.eval.predictions import scored_column
@@ -81,16 +80,13 @@ def _strip_paths(node: Any) -> Any:
     return node
 
 
-def hashed_part(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
-    """The model/data/generate groups without path-like or operational keys (machine-independent)."""
-    if isinstance(cfg, DictConfig):
-        part = {g: OmegaConf.to_container(cfg[g], resolve=False) for g in HASHED_GROUPS if g in cfg}
-    else:
-        part = {g: cfg[g] for g in HASHED_GROUPS if g in cfg}
-    return _strip_paths(part)
+def hashed_part(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The model/data/generate groups of a plain (unresolved) config mapping without path-like or operational
+    keys (machine-independent); `lengthpred.stages.provenance` turns a composed config into one."""
+    return _strip_paths({g: cfg[g] for g in HASHED_GROUPS if g in cfg})
 
 
-def config_hash(cfg: DictConfig | Mapping[str, Any]) -> str:
+def config_hash(cfg: Mapping[str, Any]) -> str:
     """12 hex chars over `hashed_part(cfg)`."""
     blob = json.dumps(hashed_part(cfg), sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
@@ -113,29 +109,33 @@ def config_difference(a: Mapping[str, Any], b: Mapping[str, Any], limit: int = 4
     return text + (f"; +{len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def provenance_from_cfg(cfg: DictConfig) -> Provenance:
-    model = cfg.get("model") or {}
-    data = cfg.get("data") or {}
-    return Provenance(
-        experiment=str(cfg.get("experiment_name", "default")),
-        model=str(model.get("name", "unknown")),
-        data=str(data.get("name", "unknown")),
-        config_hash=config_hash(cfg),
-        hashed=hashed_part(cfg),
-    )
+def provenance_from(experiment: str, model: str, data: str, groups: Mapping[str, Any]) -> Provenance:
+    """The provenance of a run: its names and its plain, unresolved config groups (`hashed_part`)."""
+    return Provenance(experiment=experiment, model=model, data=data, config_hash=config_hash(groups),
+                      hashed=hashed_part(groups))
 
 
-def provenance_for(pred_file: Path, root: Path, fallback: DictConfig) -> Provenance:
-    """The config of the run that wrote `pred_file` (nearest `.hydra/config.yaml` up to `root`), else `fallback`."""
+# a run's saved config file → its provenance; None → the calling stage's own config's
+# (`lengthpred.stages.provenance.provenance_of` builds one, so this package never reads a Hydra config)
+ProvenanceOf = Callable[[Path | None], Provenance]
+
+
+def run_config_file(pred_file: Path, root: Path) -> Path | None:
+    """The config of the run that wrote `pred_file`: the nearest `.hydra/config.yaml` up to `root`, or None."""
     root = root.resolve()
     d = pred_file.resolve().parent
     while True:
         c = d / ".hydra" / "config.yaml"
         if c.is_file():
-            return provenance_from_cfg(OmegaConf.load(c))
+            return c
         if d == root or d.parent == d or root not in d.parents:
-            return provenance_from_cfg(fallback)
+            return None
         d = d.parent
+
+
+def provenance_for(pred_file: Path, root: Path, provenance_of: ProvenanceOf) -> Provenance:
+    """The provenance of the run that wrote `pred_file` (`run_config_file`), else the caller's own."""
+    return provenance_of(run_config_file(pred_file, root))
 
 
 def result_row(

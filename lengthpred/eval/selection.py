@@ -16,22 +16,19 @@ from typing import Any
 
 import numpy as np
 
+from lengthpred.artefacts import METRICS, outputs
 from lengthpred.errors import DataError
 from lengthpred.eval.render import Cell, Column, Table
 
 log = logging.getLogger("lengthpred.eval")
 AUTO = "auto"
-METRICS_NAME = "metrics.json"
+METRICS_NAME = METRICS
 
 
 def read_fits(root: str | Path) -> dict[str, dict[str, Any]]:
     """head → its newest train-stage metrics.json under `root` (files with `head` and `n_train`)."""
     root = Path(root)
-    files = (
-        sorted(root.rglob(METRICS_NAME), key=lambda p: (p.stat().st_mtime_ns, str(p)))
-        if root.is_dir()
-        else []
-    )
+    files = outputs(root, METRICS_NAME) if root.is_dir() else []
     out: dict[str, dict[str, Any]] = {}
     for f in files:
         try:

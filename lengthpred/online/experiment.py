@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from lengthpred.artefacts import CURVES, ONLINE_SUMMARY, PREDICTIONS, STREAM_CURVES
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.names import PAIR_SEP, forgetting_of, mean_oracle_name, rls_name
 from lengthpred.online.config import select_alpha
@@ -183,14 +184,14 @@ def run_adaptation(
         confidence=float(s.confidence),
         seed=int(s.seed),
     )
-    curves_df.to_csv(out / "curves.csv", index=False)
-    stream_df.to_csv(out / "stream_curves.csv", index=False)
-    summary_df.to_csv(out / "summary.csv", index=False)
+    curves_df.to_csv(out / CURVES, index=False)
+    stream_df.to_csv(out / STREAM_CURVES, index=False)
+    summary_df.to_csv(out / ONLINE_SUMMARY, index=False)
     pairs_df.to_csv(out / "pairs.csv", index=False)
     seeds_df.to_csv(out / "pairs_seeds.csv", index=False)
     gains.to_csv(out / "gains.csv", index=False)
     per_target.to_csv(out / "per_target.csv", index=False)
-    pd.concat(acc["preds"], ignore_index=True).to_parquet(out / "predictions.parquet", index=False)
+    pd.concat(acc["preds"], ignore_index=True).to_parquet(out / PREDICTIONS, index=False)
     _plots(out / "plots", curves_df, stream_df, gains, pairs_df, s.plot_pairs, oracle)
     headline = headline_numbers(per_target, pairs_df, heads)
     headline["stream_seeds"] = seeds

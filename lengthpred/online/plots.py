@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
 
+from lengthpred.artefacts import CURVES, STREAM_CURVES  # noqa: E402
 from lengthpred.figures import MAX_SERIES  # noqa: E402
 
 _PNG_META = {"Software": None}  # no software/date stamp: same inputs, same bytes
@@ -240,8 +241,8 @@ def plot_gain_vs_shift(gains: pd.DataFrame, head: str, path: str | Path) -> Path
 def adaptation_figures(run_dir: str | Path, out_dir: str | Path, head: str = "rls@val") -> dict[str, Path]:
     """The summary figure and the per-target grid from an online run's stream_curves.csv and curves.csv."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    sc = pd.read_csv(run_dir / "stream_curves.csv")
-    tc = pd.read_csv(run_dir / "curves.csv") if (run_dir / "curves.csv").is_file() else pd.DataFrame()
+    sc = pd.read_csv(run_dir / STREAM_CURVES)
+    tc = pd.read_csv(run_dir / CURVES) if (run_dir / CURVES).is_file() else pd.DataFrame()
     series = [(head, "RLS, λ chosen on validation")]
     series += [(h, f"mean-label oracle ({h})") for h in sorted(sc["head"].unique()) if h.endswith("+mean")]
     out = {}

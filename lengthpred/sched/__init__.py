@@ -12,7 +12,7 @@ refined-sjf; `bounds`: amin; `early`: LAPS-SD's Â), `refine` (predictions refre
 (predictions.parquet, CASTILLO, synthetic, trace), `experiment` (grids and the results files; their schemas
 are in its docstring), `refined` (refined SRPT/SJF on T5's requests, scripts/simulate_refined.py), `summary` (means with bootstrap intervals over seeds, gains over FCFS, the short T5),
 `plots`); `spec` (speculative decoding: measured n-gram acceptance, LAPS-SD regimes); `traces` (real serving
-traces, scripts/simulate_traces.py: `windows`, `noisy_oracle` (predictions of a set Spearman), `head_pool`,
+traces, scripts/simulate_traces.py: `windows`, `noisy_oracle` (predictions of a set Spearman),
 `head_mapping` (our heads matched into a trace by length quantile), `experiment` (the grid, gains, gain
 against Spearman), `report`, `plots`); `batching` (static batches: padding, useful throughput;
 scripts/simulate_batching.py). Never imports torch.

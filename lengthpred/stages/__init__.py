@@ -10,7 +10,7 @@ Where things come from:
   `outputs/<experiment_name>/`; `run_dir`, `reference_path`, `generations_dir`).
 - `targets`: the per-prompt targets of a config (`load_targets`, the one resolver of `targets_from`),
   the simulator's sampled lengths (`request_targets`), the noise ceiling's samples, `export_reference`.
-- `runs`: which runs an experiment holds (`newest` output of a glob, `find_head_runs`: saved heads).
+- `runs`: the saved heads an experiment holds (`find_head_runs`); `locations`: where every output is.
 - `features`: a config's feature settings, store folder and `ensure_features`.
 - `heads`: a head config's class (`params._target_`), `build`, the feature it reads, `head_config(name)`, and
   the constructors' defaults every `conf/head/*.yaml` starts from (`register_head_params`).

@@ -27,7 +27,7 @@ from lengthpred.models.serving import load_tokenizer
 from lengthpred.sched.spec import acceptance as sa
 from lengthpred.sched.spec import records as sr
 from lengthpred.sched.spec.report import acceptance_markdown
-from lengthpred.stages.locations import generations_dir
+from lengthpred.stages.locations import generation_parts
 
 log = logging.getLogger("lengthpred")
 
@@ -50,23 +50,27 @@ def prompt_items(cfg: DictConfig, tokenizer, settings: GenerationSettings, max_c
     return [(i, str(domain[i]), enc.tokens[i]) for i in enc.ids]
 
 
-def stored_answers(folders: list[Path], items: list[tuple[str, str, list[int]]], samples: int) -> dict[str, list[Sample]]:
-    """Answers with token ids already on disk (generate-stage parts, this stage's cache) for prompts that have
-    all `samples` of them; a stored prompt length that differs from the encoding stops with the id."""
+def cache_files(cache_dir: Path) -> list[Path]:
+    """This stage's own answer caches (`answers-<settings-hash>.parquet`, written by `_cached`)."""
+    return sorted(cache_dir.glob("answers-*.parquet")) if cache_dir.is_dir() else []
+
+
+def stored_answers(files: list[Path], items: list[tuple[str, str, list[int]]], samples: int) -> dict[str, list[Sample]]:
+    """Answers with token ids already on disk (generate-stage parts, this stage's cache files) for prompts that
+    have all `samples` of them; a stored prompt length that differs from the encoding stops with the id."""
     want = {pid: len(toks) for pid, _, toks in items}
     got: dict[str, dict[int, Sample]] = {}
-    for folder in folders:
-        for f in sorted(folder.glob("shard-*-of-*/part-*.parquet")) + sorted(folder.glob("answers-*.parquet")):
-            cols = [c for c in ("id", "sample", "finish_reason", "prompt_tokens", "token_ids")
-                    if c in pq.ParquetFile(f).schema_arrow.names]
-            for r in pq.read_table(f, columns=cols).to_pylist():
-                pid, j = r["id"], int(r["sample"])
-                if pid not in want or j >= samples or r.get("token_ids") is None:
-                    continue
-                if "prompt_tokens" in r and int(r["prompt_tokens"]) != want[pid]:
-                    raise DataError(f"{f}: prompt {pid} was generated from {r['prompt_tokens']} prompt tokens, the "
-                                    f"encoding here gives {want[pid]}: different data or tokenizer")
-                got.setdefault(pid, {})[j] = Sample(list(r["token_ids"]), r["finish_reason"])
+    for f in files:
+        cols = [c for c in ("id", "sample", "finish_reason", "prompt_tokens", "token_ids")
+                if c in pq.ParquetFile(f).schema_arrow.names]
+        for r in pq.read_table(f, columns=cols).to_pylist():
+            pid, j = r["id"], int(r["sample"])
+            if pid not in want or j >= samples or r.get("token_ids") is None:
+                continue
+            if "prompt_tokens" in r and int(r["prompt_tokens"]) != want[pid]:
+                raise DataError(f"{f}: prompt {pid} was generated from {r['prompt_tokens']} prompt tokens, the "
+                                f"encoding here gives {want[pid]}: different data or tokenizer")
+            got.setdefault(pid, {})[j] = Sample(list(r["token_ids"]), r["finish_reason"])
     return {pid: [s[j] for j in range(samples)] for pid, s in got.items() if len(s) == samples}
 
 
@@ -119,8 +123,8 @@ def measure_acceptance(cfg: DictConfig, *, generate: Generate | None = None, tok
         raise ConfigError(f"model {spec.name}: set model.max_context (the prompt budget is max_context - max_new_tokens)")
     items = prompt_items(cfg, tokenizer, settings, int(spec.max_context))
     cache = Path(sc.answers_cache) / f"answers-{settings.settings_hash()}.parquet"
-    folders = [generations_dir(cfg, stored_settings), cache.parent] if sc.answers != "vllm" else []
-    have = stored_answers([f for f in folders if f.is_dir()], items, int(sc.samples))
+    files = [*generation_parts(cfg, stored_settings), *cache_files(cache.parent)] if sc.answers != "vllm" else []
+    have = stored_answers(files, items, int(sc.samples))
     todo = [(pid, toks) for pid, _, toks in items if pid not in have]
     print(f"measure_acceptance: {len(items)} {sc.split} prompts of {cfg.data.name}; {len(have)} with stored answers, "
           f"{len(todo)} to generate" + (" (left out: sched.spec.answers=stored)" if sc.answers == "stored" else ""))

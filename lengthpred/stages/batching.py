@@ -24,7 +24,7 @@ from lengthpred.sched.batching.report import batching_table
 from lengthpred.sched.core.hardware import get_profile
 from lengthpred.sched.traces.plots import plot_padding
 from lengthpred.sched.traces.windows import trace_windows
-from lengthpred.stages.simulate import has_predictions, load_head_pool
+from lengthpred.stages.head_pool import source_head_pool
 
 log = logging.getLogger("lengthpred")
 
@@ -39,11 +39,8 @@ def run_static_batching(cfg: DictConfig, tracker: Any) -> Path:
     seeds = [int(s) for s in b.seeds]
     sizes = [int(x) for x in b.batch_sizes]
     s = sc.source
-    pool = None
-    if has_predictions(s.predictions_path):
-        pool = load_head_pool(cfg, s.predictions_path, split=s.split, heads=list(s.heads) if s.heads else None,
-                              samples=bool(s.samples), prompt_tokens=int(s.prompt_tokens))
-    else:
+    pool = source_head_pool(cfg)
+    if pool is None:
         log.warning("no predictions.parquet under %s: no heads (run the train stage first)", s.predictions_path)
     boot = bool(b.pool_bootstrap)
     runs, rho = [], []

@@ -27,6 +27,7 @@ import pandas as pd
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from lengthpred.artefacts import PREDICTIONS
 from lengthpred.crossmodel.ceilings import POOLED, ceiling_lookup, ceiling_range, ceiling_table
 from lengthpred.crossmodel.fits import HeadSpec, fit_all
 from lengthpred.crossmodel.inputs import PromptInputs, prompt_tokens
@@ -199,7 +200,7 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
             pred_frames.append(p)
     fits, preds = pd.concat(fits_frames, ignore_index=True), pd.concat(pred_frames, ignore_index=True)
     fits.to_csv(out / "fits.csv", index=False)
-    preds.to_parquet(out / "predictions.parquet", index=False)
+    preds.to_parquet(out / PREDICTIONS, index=False)
     n_boot = int(cm.n_boot)
     with timer.stage("ceilings"):
         ceil_test = ceiling_table(table, split["test"], dataset_of, n_boot=n_boot, seed=seed)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,8 @@ from lengthpred.models.serving import load_causal_lm
 from lengthpred.paths import resolve
 from lengthpred.stages.features import feature_dir, feature_settings, run_stores
 from lengthpred.stages.heads import feature_need
-from lengthpred.stages.runs import find_head_runs, newest
+from lengthpred.stages.locations import online_summary
+from lengthpred.stages.runs import find_head_runs
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +78,8 @@ def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
         model, tokenizer = load_causal_lm(instantiate(cfg.model))
         fsettings = feature_settings(cfg)
         max_tokens = fsettings.max_prompt_tokens or getattr(model.config, "max_position_embeddings", None)
-    pattern = settings.online_summary
-    summary = Path(pattern) if pattern and Path(pattern).is_absolute() else newest(exp_dir, pattern)
+    given = settings.online_summary
+    summary = online_summary(exp_dir) if given == "auto" else resolve(given) if given else None
     doc = measure_costs(
         runs,
         sample,

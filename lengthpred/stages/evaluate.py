@@ -15,14 +15,26 @@ from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.eval.report import evaluate_run, headline
 from lengthpred.eval.results import write_results
+from lengthpred.eval.settings import STAGE_KEYS, EvalSettings
 from lengthpred.paths import resolve
+from lengthpred.stages.locations import splits_json
+from lengthpred.stages.provenance import provenance_of
 from lengthpred.stages.targets import prompt_samples
+
+
+def eval_settings(cfg: DictConfig) -> EvalSettings:
+    """`cfg.eval`'s scoring keys as plain settings (the stage keys stay here)."""
+    e = cfg.eval
+    plain = {k: OmegaConf.to_container(e[k], resolve=True) if OmegaConf.is_config(e[k]) else e[k]
+             for k in e if k not in STAGE_KEYS}
+    return EvalSettings.from_mapping(plain)
 
 
 def run_evaluate(cfg: DictConfig, tracked: Callable[[DictConfig, str], AbstractContextManager[Any]]) -> Path:
     """Score `eval.input_dir` into `eval.results_file`, logged to a `tracked(cfg, "evaluate")` run (opened
     once the noise ceiling's inputs are read, closed before the summary line is printed). Returns the file."""
     e = cfg.eval
+    settings = eval_settings(cfg)
     reference = resolve(e.reference) if e.reference else None
     samples = None
     if (reference is None or not reference.is_file()) and e.ceiling_from_prompts:
@@ -30,21 +42,11 @@ def run_evaluate(cfg: DictConfig, tracked: Callable[[DictConfig, str], AbstractC
     with tracked(cfg, "evaluate") as tracker:
         results = evaluate_run(
             resolve(e.input_dir),
-            cfg,
-            metrics=list(e.metrics),
-            n_boot=int(e.n_boot),
-            seed=int(e.seed),
-            confidence=float(e.confidence),
-            params=OmegaConf.to_container(e.params, resolve=True),
-            paired_baselines=list(e.paired.baselines),
-            paired_metrics=list(e.paired.metrics),
-            paired_heads=list(e.paired.heads),
-            paired_splits=list(e.paired.splits),
+            provenance_of(cfg),
             reference=reference,
             samples=samples,
-            splits_json=resolve(e.splits_json) if e.splits_json else None,
-            shift_key=str(e.shift_key),
-            pool_indomain=bool(e.pool_indomain),
+            splits_json=resolve(e.splits_json) if e.splits_json else splits_json(cfg),
+            **settings.scoring(),
         )
         path = write_results(results, resolve(e.results_file))
         shown = results.drop(columns=["source"], errors="ignore").astype(str)

@@ -1,5 +1,5 @@
-"""Finding runs under an experiment's folder: the newest output of a stage (a glob), and the train stage's
-saved heads (`<experiment>/train/<head>/head`) with what each run recorded (metrics.json, .hydra/config.yaml).
+"""The train stage's saved heads under an experiment's folder (`lengthpred.stages.locations.saved_heads`) with
+what each run recorded (metrics.json, .hydra/config.yaml).
 
 Run folders are timestamps (`runs/<time>/`, `multiruns/<time>/<job>/`) or a stage's name under
 `scripts/demo.py` (`<experiment>/<stage>/`); see `lengthpred.stages.locations`.
@@ -15,41 +15,32 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from lengthpred.artefacts import HEAD_SPEC, METRICS
 from lengthpred.costs.measure import HeadRun
 from lengthpred.errors import DataError
 from lengthpred.stages.features import feature_settings
+from lengthpred.stages.locations import saved_heads
 
 log = logging.getLogger(__name__)
 
 
-def newest(root: str | Path, pattern: str | None) -> Path | None:
-    """The last match of a glob under root in path order (run dirs are timestamps), or None."""
-    if not pattern or not Path(root).is_dir():
-        return None
-    hits = sorted(Path(root).glob(pattern))
-    return hits[-1] if hits else None
-
-
-def find_head_runs(exp_dir: str | Path, patterns: Sequence[str]) -> list[HeadRun]:
-    """Saved heads matching the globs under exp_dir, one per head name (the last in path order wins);
-    feature/layer/pooling/model from the run's metrics.json (lengthpred.stages.train), features settings
-    from its `.hydra/config.yaml` when there is one."""
+def find_head_runs(exp_dir: str | Path, stages: Sequence[str]) -> list[HeadRun]:
+    """The saved heads of these stages under exp_dir, one per head name (the newest wins,
+    `lengthpred.artefacts`); feature/layer/pooling/model from the run's metrics.json (lengthpred.stages.train),
+    features settings from its `.hydra/config.yaml` when there is one."""
     root = Path(exp_dir)
     found: dict[str, HeadRun] = {}
-    for pattern in patterns:
-        for d in sorted(root.glob(pattern)):
-            if not (d / "head.json").is_file():
-                continue
-            name = str(json.loads((d / "head.json").read_text())["head"])
-            m = _read_json(d.parent / "metrics.json")
-            hydra_cfg = d.parent / ".hydra" / "config.yaml"
-            config = OmegaConf.load(hydra_cfg) if hydra_cfg.is_file() else None
-            if name in found:
-                log.info("costs: %s saved twice; using %s", name, d)
-            found[name] = HeadRun(name, d, m.get("feature"), m.get("layer"), m.get("pooling"), m.get("model"),
-                                  config, _run_features(name, config))
+    for d in saved_heads(root, stages):
+        name = str(json.loads((d / HEAD_SPEC).read_text())["head"])
+        m = _read_json(d.parent / METRICS)
+        hydra_cfg = d.parent / ".hydra" / "config.yaml"
+        config = OmegaConf.load(hydra_cfg) if hydra_cfg.is_file() else None
+        if name in found:
+            log.info("costs: %s saved twice; using %s", name, d)
+        found[name] = HeadRun(name, d, m.get("feature"), m.get("layer"), m.get("pooling"), m.get("model"),
+                              config, _run_features(name, config))
     if not found:
-        raise DataError(f"no saved heads under {root} matching {list(patterns)}: run scripts/train.py first")
+        raise DataError(f"no saved heads under {root} of stage(s) {list(stages)}: run scripts/train.py first")
     return [found[k] for k in sorted(found)]
 
 

@@ -1,7 +1,6 @@
-"""The simulate stage (scripts/simulate.py, T5) and the request pools of the simulate stages
-(scripts/simulate.py, simulate_traces.py, simulate_batching.py): the heads' predictions files with each
-prompt's sampled lengths and prompt token count from the config's targets
-(`lengthpred.stages.targets.request_targets`). Imports nothing heavy (no torch)."""
+"""The simulate stage (scripts/simulate.py, T5): policies × predictors × loads on the requests of
+`sched.source.kind` (the heads' pool: `lengthpred.stages.head_pool`, shared with the traces and batching
+stages). Imports nothing heavy (no torch)."""
 
 from __future__ import annotations
 
@@ -13,27 +12,18 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from lengthpred.artefacts import SCHED_GAINS, SCHED_LATENCIES, SCHED_RESULTS
 from lengthpred.errors import ConfigError
 from lengthpred.sched.core.hardware import get_profile
 from lengthpred.sched.sweep import experiment as ex
 from lengthpred.sched.sweep import sources
 from lengthpred.sched.sweep.plots import plot_gain_and_starvation
 from lengthpred.sched.sweep.pool import LengthSource
-from lengthpred.sched.traces.head_pool import has_predictions
-from lengthpred.stages.targets import request_targets
+from lengthpred.stages.head_pool import has_predictions, load_head_pool
 
-__all__ = ["has_predictions", "load_head_pool", "load_source", "pool_stats", "request_targets", "run_simulate"]
+__all__ = ["load_source", "pool_stats", "run_simulate"]
 
 log = logging.getLogger("lengthpred")
-
-
-def load_head_pool(cfg: Any, path: str | Path, *, split: str | None = None, heads: list[str] | None = None,
-                   samples: bool = True, prompt_tokens: int = 128) -> LengthSource:
-    """The heads' test prompts (`sources.from_predictions`), each with its sampled lengths and prompt token
-    count from the targets when `samples` (else its y_true and `prompt_tokens`)."""
-    drawn, tokens = request_targets(cfg) if samples else (None, None)
-    return sources.from_predictions(path, split=split, heads=heads,
-                                    prompt_tokens=tokens if tokens is not None else prompt_tokens, samples=drawn)
 
 
 def load_source(cfg: DictConfig) -> LengthSource:
@@ -45,14 +35,8 @@ def load_source(cfg: DictConfig) -> LengthSource:
         kind = "predictions" if has_predictions(s.predictions_path) else "castillo"
         log.info("sched.source.kind=auto → %s", kind)
     if kind == "predictions":
-        samples, tokens = request_targets(cfg) if s.samples else (None, None)
-        return sources.from_predictions(
-            s.predictions_path,
-            split=s.split,
-            heads=list(s.heads) if s.heads else None,
-            prompt_tokens=tokens if tokens is not None else s.prompt_tokens,
-            samples=samples,
-        )
+        return load_head_pool(cfg, s.predictions_path, split=s.split, heads=list(s.heads) if s.heads else None,
+                              samples=bool(s.samples), prompt_tokens=int(s.prompt_tokens))
     if kind == "castillo":
         return sources.from_castillo(
             s.castillo_root,
@@ -122,9 +106,9 @@ def run_simulate(cfg: DictConfig, tracker: Any) -> Path:
     summary.insert(0, "experiment", cfg.experiment_name)
     gains = ex.gains(runs, min_oracle_gain=float(sc.min_oracle_gain))
     runs.to_csv(out / "sched_runs.csv", index=False)
-    summary.to_csv(out / "sched_results.csv", index=False)
-    gains.to_csv(out / "sched_gains.csv", index=False)
-    lat.to_parquet(out / "sched_latencies.parquet", index=False)
+    summary.to_csv(out / SCHED_RESULTS, index=False)
+    gains.to_csv(out / SCHED_GAINS, index=False)
+    lat.to_parquet(out / SCHED_LATENCIES, index=False)
     (out / "sched.json").write_text(
         json.dumps(
             {
@@ -146,5 +130,5 @@ def run_simulate(cfg: DictConfig, tracker: Any) -> Path:
         tracker.log_image("gain_vs_load", out / "gain_vs_load.png")
     print(ex.format_table(summary, gains))
     print("\n" + ex.short_t5(summary, gains))
-    print(f"wrote {out}/sched_results.csv (+ runs, gains, latencies, plot)")
+    print(f"wrote {out / SCHED_RESULTS} (+ runs, gains, latencies, plot)")
     return out

@@ -20,13 +20,16 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
+from lengthpred.artefacts import METRICS, PREDICTIONS
 from lengthpred.errors import DataError
-from lengthpred.eval.predictions import PREDICTIONS_NAME, find_predictions, read_predictions
+from lengthpred.eval.predictions import read_predictions
 from lengthpred.eval.results import provenance_for
 from lengthpred.heads.stacking import fit_stack, predict_stack
 from lengthpred.heads.training import PREDICTION_COLUMNS, score
 from lengthpred.names import SplitName
 from lengthpred.paths import resolve
+from lengthpred.stages.locations import predictions_files
+from lengthpred.stages.provenance import provenance_of
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +42,8 @@ def _part(split: str) -> tuple[str, str]:
 def head_rows(root: Path, head: str, skip: Path | None = None) -> tuple[Path, pd.DataFrame]:
     """(file, rows) of `head` from the newest predictions file under `root` with its in-domain val rows:
     those rows and its in-domain test and ForeLen rows."""
-    files = [f for f in find_predictions(root) if skip is None or skip not in f.resolve().parents]
-    for f in sorted(files, key=lambda p: p.stat().st_mtime_ns, reverse=True):
+    files = [f for f in predictions_files(root) if skip is None or skip not in f.resolve().parents]
+    for f in reversed(files):  # newest first
         df = read_predictions(f)
         df = df[df["head"] == head]
         kinds = [_part(s) for s in df["split"]]
@@ -85,7 +88,7 @@ def stack_frames(a: pd.DataFrame, b: pd.DataFrame, label: str, n_weights: int) -
 
 
 def _n_parameters(pred_file: Path) -> int | None:
-    path = pred_file.parent / "metrics.json"
+    path = pred_file.parent / METRICS
     try:
         return int(json.loads(path.read_text())["n_parameters"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -107,12 +110,13 @@ def stack_from_config(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     out_dir = Path(out_dir)
     root = resolve(s.input_dir)
     fa, a = head_rows(root, base, skip=out_dir.resolve())
-    pa = provenance_for(fa, root, cfg)
+    runs = provenance_of(cfg)
+    pa = provenance_for(fa, root, runs)
     label = str(s.label or (f"stack_{base}_{partners[0]}" if len(partners) == 1 else f"stack_{base}"))
     fits = []
     for partner in partners:
         fb, b = head_rows(root, partner, skip=out_dir.resolve())
-        pb = provenance_for(fb, root, cfg)
+        pb = provenance_for(fb, root, runs)
         if (pa.model, pa.config_hash) != (pb.model, pb.config_hash):
             raise DataError(
                 f"{fa} and {fb} come from different models or configs ({pa.config_hash} vs {pb.config_hash})"
@@ -129,8 +133,8 @@ def stack_from_config(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "n_parameters": sum(counts) + 1 if None not in counts else None,  # both heads and the weight
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    preds.to_parquet(out_dir / PREDICTIONS_NAME, index=False)
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    preds.to_parquet(out_dir / PREDICTIONS, index=False)
+    (out_dir / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
     log.info(
         "%s: %s + %s, weight %.2f on %s (val spearman %.3f), test spearman %s",
         label,

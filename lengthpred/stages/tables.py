@@ -1,5 +1,6 @@
 """The tables stage (scripts/make_tables.py): T1–T6 and plots from an experiment's results files only
-(`lengthpred.eval.report.make_tables`), each input the newest match of its `eval.inputs` glob."""
+(`lengthpred.eval.report.make_tables`), each other stage's output the newest of its name under `eval.experiment_dir`
+(`lengthpred.stages.locations`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.eval.report import TableOutputs, make_tables
 from lengthpred.paths import resolve
-from lengthpred.stages.runs import newest
+from lengthpred.stages import locations
 
 
 def tables_from_config(cfg: DictConfig, tracker: Any) -> TableOutputs:
@@ -19,15 +20,15 @@ def tables_from_config(cfg: DictConfig, tracker: Any) -> TableOutputs:
     e = cfg.eval
     root = resolve(e.experiment_dir)
     files = [resolve(e.results_file), *(resolve(p) for p in e.extra_results)]
-    curves = newest(root, e.inputs.curves)
+    curves = locations.online_curves(root)
     out = make_tables(
         files,
         resolve(e.tables_dir),
-        sched=newest(root, e.inputs.sched),
-        latencies=newest(root, e.inputs.latencies),
+        sched=locations.sched_results(root),
+        latencies=locations.sched_latencies(root),
         curves=[curves] if curves else [],
-        costs=newest(root, e.inputs.costs),
-        online_summary=newest(root, e.inputs.online_summary),
+        costs=locations.costs_file(root),
+        online_summary=locations.online_summary(root),
         predictions_root=resolve(e.input_dir),
         options=OmegaConf.to_container(e.tables, resolve=True),
         plot=bool(e.plots),

@@ -18,7 +18,7 @@ from lengthpred.sched.traces import experiment as te
 from lengthpred.sched.traces import report as tr
 from lengthpred.sched.traces.plots import plot_quality_curves
 from lengthpred.sched.traces.windows import TraceWindow, trace_windows, window_stats
-from lengthpred.stages.simulate import has_predictions, load_head_pool
+from lengthpred.stages.head_pool import source_head_pool
 
 log = logging.getLogger("lengthpred")
 
@@ -28,13 +28,12 @@ def head_pool(cfg: DictConfig) -> LengthSource | None:
     s, t = cfg.sched.source, cfg.sched.traces
     if t.heads is not None and len(t.heads) == 0:
         return None
-    if not has_predictions(s.predictions_path):
+    pool = source_head_pool(cfg, list(t.heads) if t.heads else None)
+    if pool is None:
         log.warning("no predictions.parquet under %s: the traces run with noisy oracles only (run the train "
                     "stage first for the heads)", s.predictions_path)
         return None
-    heads = list(t.heads) if t.heads else (list(s.heads) if s.heads else None)
-    return load_head_pool(cfg, s.predictions_path, split=s.split, heads=heads, samples=bool(s.samples),
-                          prompt_tokens=int(s.prompt_tokens))
+    return pool
 
 
 def windows(cfg: DictConfig, seeds: list[int]) -> tuple[dict[str, list[TraceWindow]], dict[str, dict]]:

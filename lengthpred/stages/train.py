@@ -19,9 +19,10 @@ import pandas as pd
 from omegaconf import DictConfig
 from threadpoolctl import threadpool_limits
 
+from lengthpred.artefacts import HEAD, METRICS, PREDICTIONS
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.errors import DataError
-from lengthpred.eval.predictions import PREDICTIONS_NAME, append_predictions
+from lengthpred.eval.predictions import append_predictions
 from lengthpred.heads.assemble import forelen_ids, indomain_ids, labeled_set, per_domain_split_names
 from lengthpred.heads.base import HEADS, LabeledSet
 from lengthpred.heads.cross import CROSS_MODES, cross_mode, fit_cross, select_cross
@@ -40,7 +41,6 @@ from lengthpred.stages.targets import load_targets
 from lengthpred.targets import target_frame
 
 log = logging.getLogger("lengthpred.heads")
-PREDICTIONS = PREDICTIONS_NAME
 
 
 @dataclass
@@ -159,8 +159,8 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
         "experiment": cfg.experiment_name,
     }
 
-    head.save(out_dir / "head")
-    (out_dir / "metrics.json").write_text(json.dumps(_json_safe(metrics), indent=2) + "\n")
+    head.save(out_dir / HEAD)
+    (out_dir / METRICS).write_text(json.dumps(_json_safe(metrics), indent=2) + "\n")
     append_predictions(out_dir / PREDICTIONS, pd.concat(frames, ignore_index=True), replace_prefix=SplitName.prefix("cross"))
     if tracker is not None:
         tracker.summary({k: v for k, v in metrics.items() if isinstance(v, (int, float, str)) or v is None})

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lengthpred.artefacts import PREDICTIONS, outputs
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.names import SplitName
 from lengthpred.sched.core.workload import noisy_prediction, synthetic_lengths
@@ -31,7 +32,7 @@ def read_prediction_files(path: str | Path) -> pd.DataFrame:
     """One predictions file, or every `predictions.parquet` under a directory with each head taken from the
     newest file that has it (train.py and adapt.py runs side by side)."""
     p = Path(path)
-    files = [p] if p.is_file() else sorted(p.rglob("predictions.parquet"), key=lambda f: f.stat().st_mtime)
+    files = outputs(p, PREDICTIONS)  # oldest first (lengthpred.artefacts: the one "newest" rule)
     if not files:
         raise DataError(f"no predictions file at {p}: run scripts/train.py first, or set "
                         "sched.source.kind=castillo (or synthetic)")

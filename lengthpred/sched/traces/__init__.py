@@ -1,4 +1,4 @@
 """Real serving traces as workloads: windows scaled to a load (`windows`), heads matched into a trace
-(`head_pool`, `head_mapping`), noisy oracles of a set Spearman (`noisy_oracle`), the grid with gains against
+(`head_mapping`; their pool: `lengthpred.stages.head_pool`), noisy oracles of a set Spearman (`noisy_oracle`), the grid with gains against
 Spearman (`experiment`), its tables (`report`) and figures (`plots`).
 """
