@@ -32,6 +32,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from lengthpred.artefacts import SCHED_GAINS, SCHED_RESULTS
 from lengthpred.errors import LengthpredError
 from lengthpred.eval.inputs import read_sched
 from lengthpred.integrity import atomic_write_text, folder_lock, tree_digest
@@ -169,15 +170,15 @@ def print_summary(tables_dir: Path, names: list[str], sched_dir: Path | None = N
         md = tables_dir / f"{name}.md"
         if md.is_file():
             print("\n" + md.read_text().strip())
-    if sched_dir is not None and (sched_dir / "sched_results.csv").is_file():
+    if sched_dir is not None and (sched_dir / SCHED_RESULTS).is_file():
         print("\n" + t5_summary(sched_dir))
 
 
 def t5_summary(sched_dir: Path) -> str:
-    """T5 at the highest load below capacity, from the simulate stage's tidy results (sched_results.csv,
-    sched_gains.csv): FCFS, the clairvoyant and mean oracles, and SJF on every head."""
-    gains = sched_dir / "sched_gains.csv"
-    return short_t5(read_sched(sched_dir / "sched_results.csv"), read_sched(gains) if gains.is_file() else None)
+    """T5 at the highest load below capacity, from the simulate stage's tidy results (SCHED_RESULTS,
+    SCHED_GAINS): FCFS, the clairvoyant and mean oracles, and SJF on every head."""
+    gains = sched_dir / SCHED_GAINS
+    return short_t5(read_sched(sched_dir / SCHED_RESULTS), read_sched(gains) if gains.is_file() else None)
 
 
 def run_pipeline(cfg: DictConfig, overrides: list[str]) -> None:
