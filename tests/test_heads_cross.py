@@ -189,3 +189,14 @@ def test_train_stage_cross_pairs_on_features(domain_trace, one_torch_thread):
     assert m["cross_summary"]["mode"] == "single" and m["cross_summary"]["n_fits"] == 3
     preds = pd.read_parquet(f"{cfg.paths.output_dir}/predictions.parquet")
     assert preds["split"].str.startswith("cross/").sum() == sum(v["n_test"] for v in m["cross"].values())
+    # search.cross: reuse (the default): every pair takes the in-domain choice made on validation
+    assert all(v["selected"] == m["selected"] and v["n_candidates"] == 1 for v in m["cross"].values())
+    assert m["n_candidates"] == 8  # the in-domain search itself drew the budget
+
+
+def test_train_stage_cross_pairs_search_anew_when_told(domain_trace, one_torch_thread):
+    from lengthpred.stages.train import train_from_config
+
+    cfg = domain_trace("linear", "head.layer=2", "++cross_domain=single", "search.cross=search")
+    m = train_from_config(cfg, cfg.paths.output_dir)
+    assert 8 in {v["n_candidates"] for v in m["cross"].values()}  # a source with a usable val split searched anew

@@ -123,3 +123,17 @@ def test_config_validation_refuses_a_space_below_the_budget_before_any_work():
         check_head(hcfg)
     hcfg["search"]["budget"] = 2
     check_head(hcfg)
+
+
+def test_cross_pairs_reuse_the_in_domain_choice_unless_told_to_search():
+    from lengthpred.heads.search import cross_config
+
+    cfg = {"params": {"alpha": None}, "select": {"alpha": [0.1, 1.0, 10.0]}, "search": {"budget": 2}}
+    reused = cross_config(cfg, {"alpha": 10.0})
+    assert reused["select"] == {"alpha": [10.0]} and "search" not in reused  # one candidate, no budget check
+    assert cfg["select"] == {"alpha": [0.1, 1.0, 10.0]}  # the in-domain config is left as it was
+    searched = cross_config(cfg | {"search": {"budget": 2, "cross": "search"}}, {"alpha": 10.0})
+    assert searched["select"] == cfg["select"] and searched["search"]["cross"] == "search"
+    assert cross_config({"params": {}}, None) == {"params": {}}  # no search node: as before
+    with pytest.raises(ConfigError, match="search.cross="):
+        cross_config(cfg | {"search": {"cross": "never"}}, None)

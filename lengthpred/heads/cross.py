@@ -179,6 +179,7 @@ def _fit_cross(
                 "n_val": m["n_val"],
                 "n_test": len(test),
                 "selected": m["selected"],
+                "n_candidates": m["n_candidates"],  # 1 under search.cross: reuse (the in-domain choice)
                 "val_spearman": m["val_spearman"],
                 "fitted_with": first["name"],  # the pair whose fit this one shares (itself when alone)
                 "fit_seconds": m["fit_seconds"],  # of that shared fit

@@ -30,6 +30,7 @@ class SearchSettings:
     budget: int = 8
     seed: int = 0
     subsample: int | None = None
+    cross: str = "reuse"  # cross-domain fits: "reuse" the in-domain choice, or "search" anew per source
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | None) -> SearchSettings | None:
@@ -38,14 +39,33 @@ class SearchSettings:
             return None
         unknown = sorted(set(cfg) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
-            raise ConfigError(f"search takes no {unknown}; valid keys: budget, seed, subsample")
+            raise ConfigError(f"search takes no {unknown}; valid keys: budget, seed, subsample, cross")
         budget = int(cfg.get("budget", cls.budget))
         sub = cfg.get("subsample")
         if budget < 1 or (sub is not None and int(sub) < 2):
             raise ConfigError(
                 f"search.budget must be >= 1 and search.subsample null or >= 2, got {dict(cfg)}"
             )
-        return cls(budget, int(cfg.get("seed", cls.seed)), None if sub is None else int(sub))
+        cross = str(cfg.get("cross", cls.cross))
+        if cross not in CROSS:
+            raise ConfigError(f"search.cross={cross!r}: expected one of {list(CROSS)}")
+        return cls(budget, int(cfg.get("seed", cls.seed)), None if sub is None else int(sub), cross)
+
+
+CROSS = ("reuse", "search")
+
+
+def cross_config(head_cfg: Mapping[str, Any], chosen: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The head config a cross-domain fit uses. Under `search.cross: reuse` (the default) it takes the
+    candidate chosen in-domain on validation (one candidate, no search): every head's cross pairs then cost
+    one fit, and the protocol stays the same for every family. Under `search` (or without a search node) it
+    is the head config itself: each source domain searches anew on its own val split."""
+    settings = SearchSettings.from_cfg(head_cfg.get("search"))
+    if settings is None or settings.cross == "search":
+        return dict(head_cfg)
+    out = {k: v for k, v in head_cfg.items() if k != "search"}
+    out["select"] = {k: [v] for k, v in (chosen or {}).items()}
+    return out
 
 
 def space(select: Mapping[str, Any] | None) -> dict[str, list[Any]]:

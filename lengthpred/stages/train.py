@@ -2,8 +2,9 @@
 write metrics.json, the saved head and predictions.parquet into the run directory.
 
 The in-domain fit runs over `head.n_seeds` seeds (lengthpred.seeds) and keeps the first seed's head. After
-it, the same head (same config and val-based selection, first seed only) is fitted per cross-domain pair of
-splits.json (lengthpred.heads.cross) unless the root `cross_domain` key switches that off."""
+it, the same head (first seed only, with the hyperparameters chosen in-domain on validation under
+`search.cross: reuse`, or searched anew on each source's val under `search`) is fitted per cross-domain pair
+of splits.json (lengthpred.heads.cross) unless the root `cross_domain` key switches that off."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from lengthpred.eval.predictions import append_predictions
 from lengthpred.heads.assemble import forelen_ids, indomain_ids, labeled_set, per_domain_split_names
 from lengthpred.heads.base import HEADS, LabeledSet
 from lengthpred.heads.cross import CROSS_MODES, cross_mode, fit_cross, select_cross
+from lengthpred.heads.search import cross_config
 from lengthpred.heads.training import per_domain_scores, predictions_frame, run_training, score
 from lengthpred.names import FeatureKey, SplitName
 from lengthpred.stages.features import check_head_feature, ensure_features, feature_settings, truncated_counts
@@ -139,7 +141,7 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
             metrics.setdefault("forelen", {})[split_name] = {**score(sub.y, y_pred), "n": len(sub)}
     cross_pairs = select_cross(splits.get("cross") or [], mode)
     if cross_pairs:
-        cross = fit_cross(name, head_cfg, cross_pairs, data.labeled_or_none)
+        cross = fit_cross(name, cross_config(head_cfg, metrics.get("selected")), cross_pairs, data.labeled_or_none)
         if len(cross.predictions):
             frames.append(cross.predictions)
         metrics |= cross.metrics(mode)
