@@ -2,7 +2,7 @@
 simulator against it.
 
     make serve                                                     # the default comparison, from .venv-vllm
-    VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=2 OMP_WAIT_POLICY=PASSIVE \
+    VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=2 OMP_WAIT_POLICY=ACTIVE \
       .venv-vllm/bin/python scripts/serve.py experiment=demo       # the same, by hand
     .venv-vllm/bin/python scripts/serve.py serve=smoke             # ≈2 min: does the engine serve and time?
     python scripts/serve.py serve.engine.kind=fake                 # the fake engine (known step times), any venv
@@ -15,7 +15,12 @@ measured per regime), serve_requests.parquet, serve_steps.parquet, calibration_s
 serve.json, serve_latency_cdf.png, serve_queue.png, serve_paired.csv (paired gains over FCFS: exact sign-flip
 p over repeats, an interval only with >= 10 repeats, the leave-one-request-out range), serve_drift.csv (each
 run's step-time drift from the profile), serve_starvation.csv (every stored workload under FCFS, SJF and SJF
-with aging in the simulator), calibration_check.json; prints the tables.
+with aging in the simulator), calibration_check.json, serve_paired_prefill_first.csv (with `fcfs-pf` among the
+policies: every gain over FCFS that also serves prefills first, i.e. what the predictions alone buy); prints the
+tables. Workloads: `serve.arrival=gamma|trace` (`serve.trace_name=azure2023_conv`), `serve.answers=natural`
+(answers end at their own EOS), `serve.engine.max_num_seqs`, `experiment=bench` (the bench test pool);
+`serve.profile_path=<run>/profile.json` replays them on one calibration. `scripts/serve_merge.py` joins stored
+runs that pair; `scripts/serve_workloads.py` tables fidelity across workload folders.
 The stage: lengthpred/stages/serve.py.
 """
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lengthpred.errors import ConfigError
+from lengthpred.errors import ConfigError, DataError
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.serve import (
     FakeEngine,
@@ -207,6 +207,16 @@ def test_workload_draw_is_paired_and_arrivals_have_the_stated_rate():
     assert [r.arrival for r in reqs] == sorted(r.arrival for r in reqs)
     assert all(r.length == max(pool.samples[pool.ids.index(r.prompt_id)][s], 1)
                for r, (e, s) in zip(sorted(reqs, key=lambda r: int(r.rid[2:])), a, strict=True))
+
+
+def test_trace_arrivals_replay_one_window_per_repeat_and_refuse_a_short_trace():
+    trace = np.cumsum(np.random.default_rng(0).exponential(1.0, 100))
+    w0, w1 = unit_arrivals(20, 0, "trace", trace=trace), unit_arrivals(20, 1, "trace", trace=trace)
+    for w, lo in ((w0, 0), (w1, 20)):  # each repeat its own stretch of the trace, its shape kept
+        want = trace[lo:lo + 20] - trace[lo]
+        np.testing.assert_allclose(w, want * 19 / want[-1])
+    with pytest.raises(DataError, match="repeat 4 needs times 80 to 99"):
+        unit_arrivals(20, 4, "trace", trace=trace[:90])
 
 
 def _grid(loads, policies=("fcfs", "sjf", "oracle"), seeds=(0, 1)):

@@ -23,6 +23,9 @@ def test_default_settings_compose():
     s = setup.settings_from_cfg(cfg)
     assert s.policies == ["fcfs", "sjf", "oracle"] and len(s.seeds) >= 3 and len(s.loads) >= 2
     assert max(s.loads) < 1.0  # the default compares policies below capacity
+    assert s.natural_cap is None  # replayed lengths by default
+    nat = setup.settings_from_cfg(compose_cfg(["serve.answers=natural", "serve.policies=[fcfs,fcfs-pf,sjf]"]))
+    assert nat.natural_cap == 512 and nat.policies == ["fcfs", "fcfs-pf", "sjf"]
     smoke = setup.settings_from_cfg(compose_cfg(["serve=smoke"]))
     assert smoke.n_requests < s.n_requests
     demo = compose_cfg(["experiment=demo"])  # what `make serve` composes
@@ -35,7 +38,11 @@ def test_default_settings_compose():
     (["serve.engine.kind=fake", "serve.predictor.source=worker"], "fake_clock=wall"),
     (["serve.predictor.source=gpu"], "valid: engine, worker"),
     (["serve.loads=[0.5,-1]"], "positive fractions"),
-    (["serve.arrival=trace"], "trace_path"),
+    (["serve.arrival=trace"], "trace_name"),
+    (["serve.arrival=trace", "serve.trace_name=azure2023_conv", "serve.trace_path=x.csv"], "one of"),
+    (["serve.answers=eos"], "valid: replay, natural"),
+    (["serve.answers=natural"], "no oracle"),
+    (["serve.answers=natural", "serve.policies=[fcfs,sjf]", "serve.natural_max_tokens=0"], "cap >= 1"),
 ])
 def test_bad_settings_fail_before_any_work(overrides, match):
     with pytest.raises(ConfigError, match=match):

@@ -186,3 +186,27 @@ def test_a_prefill_whose_state_was_not_captured_stops_the_run():
     with pytest.raises(ModelError, match="captured no state"):
         replay(_requests(3), Blind(PROF, clock), get_policy("sjf"), pred, clock)
     pred.close()
+
+
+def test_fcfs_prefill_first_serves_in_two_phases_without_a_prediction_and_the_simulator_models_it():
+    """The baseline that separates the serving order from the predictions: the same two phases as the engine
+    readout, decodes by arrival; its TTFT falls against plain FCFS on the same requests (prefills skip the
+    queue), and the simulator replays it exactly."""
+    from lengthpred.serve import NoPredictor
+
+    reqs = _requests(50)
+    runs = {}
+    for name in ("fcfs", "fcfs-pf"):
+        clock = VirtualClock(start=7.0)
+        runs[name] = replay(reqs, FakeEngine(PROF, clock), get_policy(name), NoPredictor(), clock)
+    r = runs["fcfs-pf"].requests.set_index("rid")
+    assert (r["status"] == "finished").all() and (r["output_tokens"] == r["target_tokens"]).all()
+    assert r["prefill_first"].all() and not runs["fcfs"].requests["prefill_first"].any()
+    assert (r["priority"] == 0).all() and r["prediction"].isna().all()
+    np.testing.assert_allclose(r["ready"], r["arrival"])
+    assert 0 < r["split"].sum()  # some decodes yielded their slot to an earlier arrival's decode
+    ttft = {k: float((v.requests["first_token"] - v.requests["arrival"]).mean()) for k, v in runs.items()}
+    assert ttft["fcfs-pf"] < 0.8 * ttft["fcfs"]
+    assert get_policy("fcfs-pf").sim_policy == "fcfs-prefill-first" and get_policy("fcfs-pf").sim_make == "fcfs"
+    assert_simulator_equals(runs["fcfs-pf"], "fcfs-pf", PROF)
+    assert_simulator_equals(runs["fcfs"], "fcfs", PROF)

@@ -71,3 +71,49 @@ def test_real_replay_serves_in_priority_order_and_counts_rejections():
     first = out["steps"][0]
     assert first[0] == 1 and first[1] == 21  # the first step prefilled b's 21 prompt tokens
     assert out["limits"][0] == 1 and out["limits"][1] > 0
+
+
+PROBE_ORDER = """
+import json
+import sys
+
+from transformers import AutoTokenizer
+
+from lengthpred.serve import NoPredictor, ServeRequest, WallClock, get_policy, replay
+from lengthpred.serve.vllm_engine import VLLMEngine
+
+eng = VLLMEngine(sys.argv[1], max_model_len=512, max_num_seqs=1, max_num_batched_tokens=512, prefix_caching=True,
+                 engine_args={"block_size": 32})
+# aging: the waiting heap re-keyed before the first step reverses the order the priorities at `add` gave
+for k, rid in enumerate(["x", "y", "z"]):
+    eng.add(rid, [1] + [40 + k] * 12, 3, k + 1, 1000.0 + k)
+eng.reprioritize({"x": 30, "y": 20, "z": 10}.__getitem__)
+first = []
+while eng.has_unfinished():
+    info = eng.step()
+    first += [r for r in info.new_tokens if r not in first]
+# prefill-first FCFS: two phases, every answer its exact length
+reqs = [ServeRequest(f"r{i}", f"p{i}", [1] + [50 + i] * (20 + 7 * i), 5 + i, 0.0, 5.0 + i) for i in range(4)]
+pf = replay(reqs, eng, get_policy("fcfs-pf"), NoPredictor(), WallClock()).requests
+# natural answers: a chat prompt ends at the model's own end of sequence, the same under a seed drawn from it
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+ids = tok.apply_chat_template([{"role": "user", "content": "Say hello in one word."}], add_generation_prompt=True)
+ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # newer transformers return a BatchEncoding
+eng.natural_eos = True
+nat = [replay([ServeRequest(f"n{k}", "hi", list(ids), 200, 0.0, 10.0)], eng, get_policy("fcfs"), NoPredictor(),
+              WallClock()).requests.iloc[0] for k in range(2)]
+print(json.dumps({"order": first, "pf_tokens": pf["output_tokens"].tolist(), "pf_target": pf["target_tokens"].tolist(),
+                  "pf_status": pf["status"].tolist(), "pf_split": int(pf["split"].sum()),
+                  "natural": [int(r["output_tokens"]) for r in nat], "natural_target": [int(r["target_tokens"]) for r in nat]}))
+"""
+
+
+@needs_vllm
+def test_real_engine_reorders_waiting_requests_serves_prefill_first_and_stops_at_natural_eos():
+    out = run_probe(PROBE_ORDER)
+    assert out["order"] == ["z", "y", "x"]  # re-keyed: the priorities at add (x first) no longer decide
+    assert out["pf_status"] == ["finished"] * 4 and out["pf_tokens"] == out["pf_target"] == [5, 6, 7, 8]
+    assert out["pf_split"] >= 1  # one slot: later decodes yielded to the arrival order
+    a, b = out["natural"]
+    assert 1 <= a < 200 and a == b  # ended at its own EOS, and the prompt's seed samples it alike
+    assert out["natural_target"] == out["natural"]  # the simulator replays the length it ended at

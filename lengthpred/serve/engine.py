@@ -6,7 +6,8 @@ request id: vLLM's `scheduling_policy="priority"` order) and advances by `step()
 (the inputs of the step-time fit, `lengthpred.serve.profile_fit`) and the queue it left behind.
 Two engines implement it: `VLLMEngine` (vLLM in-process) and `FakeEngine` (known step times, for tests).
 An engine may also offer `reprioritize(key)`, re-setting its waiting requests' priorities (`key(request id)`)
-for the aging policies; the fake engine does, vLLM (which fixes a priority at `add`) does not here.
+for the aging policies: the fake engine, and vLLM in-process (its waiting heap is re-keyed; a priority is
+otherwise fixed at `add`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class Engine(Protocol):
 
     def add(self, rid: str, prompt_ids: list[int], max_tokens: int, priority: int, arrival_time: float, *,
             capture: bool = False, cache_salt: str | None = None) -> None:
-        """Queue one request that must generate exactly `max_tokens` tokens; raise RequestRejected.
+        """Queue one request that must generate exactly `max_tokens` tokens (an engine with `natural_eos`: at
+        most, ending at the model's end of sequence); raise RequestRejected.
         `capture`: report its prompt's hidden state at the predictor's layer in the step that prefills its
         last prompt token (`StepInfo.captured`; an engine built with a capture layer). `cache_salt`: requests
         with the same salt may share cached prompt KV (prefix caching); by default none share."""

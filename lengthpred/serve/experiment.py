@@ -63,6 +63,7 @@ class ServeSettings:
     check: CheckBounds = field(default_factory=CheckBounds)  # is the calibration burst fit to trust?
     recheck_requests: int = 8  # the quick re-measure burst after the calibration (0: none)
     aging_weight: float = AGING_WEIGHT  # the aging policies' weight (tokens² per second)
+    natural_cap: int | None = None  # natural answers (serve.answers=natural): every request's max_tokens
     sim: dict[str, Any] = field(default_factory=dict)
 
 
@@ -90,7 +91,7 @@ def calibrate(engine: Engine, pool: PromptPool, s: ServeSettings, clock: Any
     (`lengthpred.serve.calibration_check`: refused with one line when `s.check.on_fail` = refuse) and the
     profile: the robust fit when checked, the plain NNLS fit when the check is off."""
     picks = draw_requests(pool, s.calibration_requests, seed=10_000)
-    reqs = make_requests(pool, picks, np.zeros(len(picks)), tag="calib")
+    reqs = make_requests(pool, picks, np.zeros(len(picks)), tag="calib", cap=s.natural_cap)
     run = replay(reqs, engine, get_policy("fcfs"), NoPredictor(), clock)
     name, source = f"fitted-{engine.name}", f"{engine.name}: calibration burst of {len(reqs)} requests"
     if s.check.on_fail == "off":
@@ -98,7 +99,7 @@ def calibrate(engine: Engine, pool: PromptPool, s: ServeSettings, clock: Any
     recheck = None
     if s.recheck_requests > 0:
         picks = draw_requests(pool, s.recheck_requests, seed=10_001)
-        reqs = make_requests(pool, picks, np.zeros(len(picks)), tag="recheck")
+        reqs = make_requests(pool, picks, np.zeros(len(picks)), tag="recheck", cap=s.natural_cap)
         recheck = replay(reqs, engine, get_policy("fcfs"), NoPredictor(), clock).steps
     chk = check_calibration(run.steps, engine.limits, s.check, recheck=recheck, skip=s.fit_skip, name=name,
                             source=source)
@@ -129,7 +130,7 @@ def _serve_one(engine: Engine, pool: PromptPool, s: ServeSettings, name: str, la
                clock: Any) -> _Run:
     """One run: replay, metrics, overload check, and its simulation on the calibration profile."""
     pol = get_policy(name, s.aging_weight)
-    reqs = make_requests(pool, picks, arrivals, tag=f"s{seed}-l{load:g}-{name}")
+    reqs = make_requests(pool, picks, arrivals, tag=f"s{seed}-l{load:g}-{name}", cap=s.natural_cap)
     horizon = float(arrivals[-1] + s.horizon_factor * s.n_requests / cap)
     try:
         run = replay(reqs, engine, pol, predictor, clock, horizon=horizon)

@@ -11,6 +11,9 @@ so far, P prompt tokens prefilled), spent on its clock, which is the simulator's
 Like vLLM with prefix caching and salted requests, a request added with a `cache_salt` reuses the full KV
 blocks of the prompt an earlier request with that salt computed (it prefills only the rest); a request
 added with `capture=True` reports `fake_state(prompt)` as its prompt's hidden state in its prefill step.
+With `natural` (a function of the prompt's token ids) an answer ends at that many tokens, `max_tokens` being
+its cap, like vLLM without `ignore_eos`; a request re-added with the salt of an earlier one (a decode phase)
+continues that answer.
 """
 
 from __future__ import annotations
@@ -42,13 +45,24 @@ def fake_state(prompt_ids: list[int] | tuple[int, ...]) -> np.ndarray:
     return np.array([1.0, len(prompt_ids) / 100.0, (sum(int(x) * (k + 1) for k, x in enumerate(prompt_ids)) % 97) / 97.0])
 
 
+def fake_natural_length(prompt_ids: tuple[int, ...]) -> int:
+    """The fake engine's natural answer length of a prompt (serve.answers=natural on kind=fake): 1 to 200 tokens,
+    a hash of its tokens."""
+    return 1 + (sum(int(x) * (k + 3) for k, x in enumerate(prompt_ids)) * 2654435761) % 200
+
+
 class FakeEngine:
     name = "fake"
 
-    def __init__(self, profile: HardwareProfile, clock, *, max_model_len: int = 2048, state=None) -> None:
-        """`state(prompt_ids) -> [d]`: the captured hidden state (default `fake_state`)."""
+    def __init__(self, profile: HardwareProfile, clock, *, max_model_len: int = 2048, state=None,
+                 natural: Callable[[tuple[int, ...]], int] | None = None) -> None:
+        """`state(prompt_ids) -> [d]`: the captured hidden state (default `fake_state`); `natural(prompt_ids)`:
+        the answer's own length (None: every request makes exactly `max_tokens`)."""
         self.profile, self.clock = profile, clock
         self.state = state or fake_state
+        self.natural = natural
+        self.natural_eos = natural is not None
+        self._answer: dict[str, tuple[int, int]] = {}  # salt → (its first prompt's length, natural answer length)
         self.capture = None  # the vLLM engine's hook object; the fake engine's capture costs nothing
         self.limits = EngineLimits(profile.max_batch, profile.token_budget, profile.kv_blocks, profile.block_size,
                                    max_model_len)
@@ -73,6 +87,10 @@ class FakeEngine:
             same = next((k for k, (a, b) in enumerate(zip(old, ids, strict=False)) if a != b), min(len(old), len(ids)))
             bs = self.limits.block_size
             cached = bs * (min(same, len(ids) - 1) // bs)  # full blocks only; at least one token is computed
+        if self.natural is not None:
+            key = cache_salt or rid
+            first, n = self._answer.setdefault(key, (len(ids), int(self.natural(ids))))
+            max_tokens = max(1, min(max_tokens, n - (len(ids) - first)))  # a decode phase continues the answer
         req = _Req(rid, len(ids), max_tokens, prefill=len(ids) - cached, capture=capture, salt=cache_salt,
                    prompt_ids=ids)
         heapq.heappush(self._waiting, (int(priority), float(arrival_time), rid, req))

@@ -102,7 +102,7 @@ def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareP
     enter = r["arrival" if staged else "ready"].to_numpy(float)
     idx = idx[np.argsort(enter[idx], kind="stable")]
     wl = Workload(enter[idx], r["prompt_tokens"].to_numpy()[idx], np.maximum(r["target_tokens"].to_numpy()[idx], 1))
-    pol = make_policy(policy.sim_policy, **policy.sim_kwargs())
+    pol = make_policy(policy.sim_make, **policy.sim_kwargs())
     pred = ArrayPredictor(r["priority"].to_numpy(float)[idx], name="priority") if pol.needs_prediction else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # overload is judged on the real run (lengthpred.serve.metrics)

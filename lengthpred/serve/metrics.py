@@ -113,8 +113,15 @@ def itl_metrics(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]
     engine step, so its tokens are the ends of the steps from its first token to its finish."""
     ok = (requests["status"] == "finished").to_numpy() & np.isfinite(requests["first_token"].to_numpy(float))
     ends = np.sort(steps["t_end"].to_numpy(float)) if len(steps) else np.zeros(0)
+    # a decode that yielded its slot made no token while it waited: its stall is one gap, from its first token
+    # to `resumed` (runs stored before `resumed` existed count the stall as step-sized gaps)
+    res = requests["resumed"].to_numpy(float)[ok] if "resumed" in requests.columns else np.full(int(ok.sum()), np.nan)
     gaps = []
-    for a, b in zip(requests["first_token"].to_numpy(float)[ok], requests["finish"].to_numpy(float)[ok], strict=True):
+    for a, b, c in zip(requests["first_token"].to_numpy(float)[ok], requests["finish"].to_numpy(float)[ok], res,
+                       strict=True):
+        if np.isfinite(c):
+            gaps.append(np.array([c - a]))
+            a = c
         lo, hi = np.searchsorted(ends, a - 1e-9, "left"), np.searchsorted(ends, b + 1e-9, "right")
         gaps.append(np.diff(ends[lo:hi]))
     return _spread("itl", np.concatenate(gaps) if gaps else np.zeros(0))

@@ -117,16 +117,18 @@ def _loo_range(v: list[tuple[float, str]], point: float) -> tuple[float, float, 
 
 
 def paired_gains(real_runs: pd.DataFrame, requests: pd.DataFrame, slo: SLO, metrics: Sequence[str] = HEADLINES,
-                 level: float = 0.95, loo: bool = True) -> pd.DataFrame:
+                 level: float = 0.95, loo: bool = True, baseline: str = "fcfs") -> pd.DataFrame:
     """The table described above. `real_runs`: tidy rows of the real runs (RUN_KEYS, metric, value);
-    `requests`: their per-request rows (`GridResult.requests`). Overloaded runs (NaN latencies) give NaNs."""
+    `requests`: their per-request rows (`GridResult.requests`). Overloaded runs (NaN latencies) give NaNs.
+    `baseline`: the policy every other is compared with (its column keeps the name `fcfs`), e.g.
+    `fcfs-prefill-first` to see what the predictions buy beyond serving prefills first."""
     wide = real_runs[real_runs["metric"].isin(metrics)].set_index([*RUN_KEYS, "metric"])["value"].unstack("metric")
     base = {k: row.to_dict() for k, row in wide.iterrows()}
     rq = requests.assign(_k=_request_index(requests)) if loo and len(requests) else requests
     rows = []
     for load in sorted({k[2] for k in base}):
         pols = sorted({(k[0], k[1]) for k in base if k[2] == load})
-        fcfs = next((p for p in pols if p[0] == "fcfs"), None)
+        fcfs = next((p for p in pols if p[0] == baseline), None)
         if fcfs is None:
             continue
         seeds = sorted({k[3] for k in base if k[2] == load and (k[0], k[1]) == fcfs})

@@ -6,6 +6,7 @@ only under KV-memory pressure, so each policy here is non-preemptive:
 | policy | priority (lower runs first) | simulator policy | predictor label |
 |---|---|---|---|
 | fcfs | 0 for all (ties go by arrival time) | fcfs | none |
+| fcfs-pf | 0 for all, served prefill first like an in-engine readout (below) | fcfs-prefill-first | none |
 | sjf | the predicted length, rounded | sjf | the predictor's name |
 | oracle | the request's own replayed length | oracle-sjf | clairvoyant |
 | sjf-aging | p − weight · waited / p, p the predicted length (re-set before each step) | sjf-aging | the predictor's name |
@@ -13,7 +14,11 @@ only under KV-memory pressure, so each policy here is non-preemptive:
 
 The aging policies' priorities change while a request waits (`ServePolicy.aged_priority`, the simulator's
 `lengthpred.sched.core.policies.AgingSJF` key); the replay re-sets them before every engine step on an engine
-that can (`reprioritize`: the fake engine; vLLM fixes a request's priority when it is added).
+that can (`reprioritize`: the fake engine, and vLLM in-process, whose waiting heap is re-keyed).
+
+`fcfs-pf` is the baseline that separates the two things an in-engine readout changes: it serves every
+request in the same two phases (the prefill ahead of every decode, then the decode keeps its slot or yields:
+`lengthpred.serve.replay`) but orders decodes by arrival, so SJF − fcfs-pf is what the predictions alone buy.
 """
 
 from __future__ import annotations
@@ -35,6 +40,13 @@ class ServePolicy:
     needs_prediction: bool
     ages: bool = False  # the priority falls as the request waits (`aged_priority`)
     weight: float = AGING_WEIGHT  # aging: tokens² per second (lengthpred.sched.core.policies.AgingSJF)
+    prefill_first: bool = False  # served in two phases, prefill first, without a prediction (fcfs-pf)
+    sim_class: str | None = None  # the simulator's registered policy when `sim_policy` is only a label
+
+    @property
+    def sim_make(self) -> str:
+        """The simulator policy `make_policy` builds."""
+        return self.sim_class or self.sim_policy
 
     @property
     def oracle(self) -> bool:
@@ -53,7 +65,7 @@ class ServePolicy:
 
     def priority(self, prediction: float | None, length: int) -> int:
         """The vLLM priority of one request; `prediction` in tokens (None when the policy has none)."""
-        if self.name == "fcfs":
+        if self.name in ("fcfs", "fcfs-pf"):
             return 0
         return int(min(max(round(self._length(prediction, length)), 0), MAX_PRIORITY))
 
@@ -73,6 +85,7 @@ POLICIES = {
     "oracle": ServePolicy("oracle", "oracle-sjf", False),
     "sjf-aging": ServePolicy("sjf-aging", "sjf-aging", True, ages=True),
     "oracle-aging": ServePolicy("oracle-aging", "oracle-sjf-aging", False, ages=True),
+    "fcfs-pf": ServePolicy("fcfs-pf", "fcfs-prefill-first", False, prefill_first=True, sim_class="fcfs"),
 }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -132,3 +132,12 @@ def _huber(X: np.ndarray, y: np.ndarray, start: np.ndarray) -> np.ndarray:
 def profile_from_dict(d: dict[str, Any]) -> HardwareProfile:
     """A profile saved by `ProfileFit.to_dict()` (or a bare profile dict)."""
     return HardwareProfile(**d.get("profile", d))
+
+
+def with_limits(fit: ProfileFit, limits: EngineLimits) -> ProfileFit:
+    """A stored fit's step-time model with this engine's batch limits and KV memory (`serve.profile_path` on an
+    engine started with another max_num_seqs or block size): the model's coefficients are the engine's, its
+    limits the run's."""
+    p = replace(fit.profile, max_batch=limits.max_batch, token_budget=limits.token_budget,
+                kv_blocks=limits.kv_blocks, block_size=limits.block_size)
+    return replace(fit, profile=p)

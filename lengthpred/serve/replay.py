@@ -9,12 +9,14 @@ boundaries: a token exists for the caller when the step that made it returns.
 Per request (`RunLog.requests`): arrival, ready (its prediction existed; = arrival when none was needed or
 it was looked up), added (entered the engine: at the first step boundary after ready), first
 token, finish, prompt and output tokens, priority, prediction, status (finished | rejected | unfinished)
-and why. Per step (`RunLog.steps`): start, end, whether the loop idled before it, the work scheduled
+and why; `target_tokens` is the replayed length, or with natural answers (an engine with `natural_eos`) the
+length the answer ended at (`max_tokens`: its cap). Per step (`RunLog.steps`): start, end, whether the loop idled before it, the work scheduled
 (batch, prefill tokens, context tokens), the engine's waiting and running counts after it, requests still
-waiting for a prediction, and preemptions.
+waiting for a prediction, and preemptions. `resumed`: for a request whose decode yielded its slot (`split`),
+when its second token came (the end of the stall after its first).
 
-A predictor that reads the engine's own prefill (`in_engine`, `lengthpred.serve.predictor.EngineReadout`)
-serves each request in two phases, the order `lengthpred.sched.simulate(..., prefill_first=True)` models:
+A predictor that reads the engine's own prefill (`in_engine`, `lengthpred.serve.predictor.EngineReadout`),
+and the `fcfs-pf` baseline without one (`ServePolicy.prefill_first`), serve each request in two phases, the order `lengthpred.sched.simulate(..., prefill_first=True)` models:
 on arrival the request enters the engine as `<rid>/prefill` ahead of every decode (priority
 `PREFILL_PRIORITY`, FCFS among prefills) with its state captured; when that step returns, the readout
 predicts from the captured state (`ready`), and its decode takes the policy's priority. Before the next step
@@ -60,12 +62,14 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
     predictions the policy needs (a `NoPredictor` for those that need none). `horizon` (s after the start)
     stops the run: requests still in flight are aborted and reported as unfinished."""
     reqs = sorted(requests, key=lambda r: (r.arrival, r.rid))
-    staged = _TwoPhase(engine, policy, predictor, clock) if getattr(predictor, "in_engine", False) else None
+    reads = bool(getattr(predictor, "in_engine", False))
+    staged = _TwoPhase(engine, policy, predictor, clock, reads) if reads or policy.prefill_first else None
     n = len(reqs)
     by_id = {r.rid: r for r in reqs}
     nan = math.nan
     rec = {r.rid: {"ready": nan, "added": nan, "first_token": nan, "finish": nan, "output_tokens": 0,
-                   "priority": nan, "prediction": nan, "status": "unfinished", "reason": "", "split": False}
+                   "priority": nan, "prediction": nan, "status": "unfinished", "reason": "", "split": False,
+                   "resumed": nan}
            for r in reqs}
     steps: list[tuple] = []
     t0 = clock.now()
@@ -84,7 +88,7 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
             if staged:  # in at once, prefill first; its prediction comes from that step
                 try:
                     engine.add(req.rid + PREFILL_SUFFIX, req.prompt_ids, req.length, PREFILL_PRIORITY,
-                               clock.epoch(t0 + req.arrival), capture=True, cache_salt=req.rid)
+                               clock.epoch(t0 + req.arrival), capture=reads, cache_salt=req.rid)
                     r["added"] = clock.now() - t0
                 except RequestRejected as e:
                     r["status"], r["reason"] = "rejected", str(e)
@@ -119,6 +123,8 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
                     continue
                 if math.isnan(r["first_token"]):
                     r["first_token"] = te - t0
+                elif staged and r["split"] and math.isnan(r["resumed"]) and not rid.endswith(PREFILL_SUFFIX):
+                    r["resumed"] = te - t0  # the first token after its decode yielded: one gap since its first
                 r["output_tokens"] += int(k)
             if staged:
                 staged.predict(info, by_id, rec, t0)
@@ -152,10 +158,17 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
         engine.abort(gone + [rid + PREFILL_SUFFIX for rid in gone] if staged else gone)
     stats = predictor.stats()
     staged_on = staged is not None
+    natural = bool(getattr(engine, "natural_eos", False))
+    # a natural answer's length is known once it ended: the simulator replays that (a cut one keeps its cap)
     rows = [{"rid": q.rid, "prompt_id": q.prompt_id, "arrival": q.arrival, "prompt_tokens": q.prompt_tokens,
-             "target_tokens": q.length, "expected_tokens": q.expected, **rec[q.rid], "prefill_first": staged_on}
+             "target_tokens": _made(q, rec[q.rid]) if natural else q.length, "expected_tokens": q.expected,
+             **rec[q.rid], "prefill_first": staged_on, "max_tokens": q.length, "natural": natural}
             for q in reqs]
     return RunLog(pd.DataFrame(rows), pd.DataFrame(steps, columns=STEP_COLUMNS), stats, hit, end)
+
+
+def _made(q: ServeRequest, r: dict) -> int:
+    return max(int(r["output_tokens"]), 1) if r["status"] == "finished" else q.length
 
 
 def _base(rid: str) -> str:
@@ -174,12 +187,25 @@ class _TwoPhase:
     """The replay's side of an in-engine readout: predictions from captured prefill states, then each
     decode's slot decision (the module docstring)."""
 
-    def __init__(self, engine: Engine, policy: ServePolicy, predictor: Any, clock: Any) -> None:
+    def __init__(self, engine: Engine, policy: ServePolicy, predictor: Any, clock: Any, reads: bool = True) -> None:
         self.engine, self.policy, self.predictor, self.clock = engine, policy, predictor, clock
+        self.reads = reads  # False: prefill first without a prediction (fcfs-pf): the policy's key at once
         self.pending: list[tuple[str, int, float, int]] = []  # (engine id, priority, arrival, first token)
         self.yielded: set[str] = set()
+        self.prefilled: set[str] = set()
 
     def predict(self, info: Any, by_id: dict[str, ServeRequest], rec: dict[str, dict], t0: float) -> None:
+        if not self.reads:
+            for eid in info.new_tokens:
+                if not eid.endswith(PREFILL_SUFFIX) or eid in self.prefilled:
+                    continue
+                self.prefilled.add(eid)
+                req, r = by_id[_base(eid)], rec[_base(eid)]
+                r["ready"] = req.arrival  # its key needs no prediction
+                r["priority"] = prio = self.policy.priority(None, req.length)
+                if req.length > 1 and eid not in info.finished:  # a natural answer may end at its first token
+                    self.pending.append((eid, prio, req.arrival, (list(info.token_ids.get(eid, [])) or [0])[0]))
+            return
         missed = [e for e in info.new_tokens if e.endswith(PREFILL_SUFFIX) and e not in info.captured
                   and math.isnan(rec[_base(e)]["prediction"])]
         if missed:  # a prefill ran without its state: the hook did not see its last prompt token
@@ -191,7 +217,7 @@ class _TwoPhase:
             r["ready"] = self.clock.now() - t0
             r["prediction"] = pred
             r["priority"] = prio = self.policy.priority(pred, req.length)
-            if req.length > 1:  # else the prefill's token was its whole answer
+            if req.length > 1 and eid not in info.finished:  # else the prefill's token was its whole answer
                 self.pending.append((eid, prio, req.arrival, (list(info.token_ids.get(eid, [])) or [0])[0]))
 
     def decide(self, by_id: dict[str, ServeRequest], rec: dict[str, dict], t0: float) -> None:
@@ -199,7 +225,10 @@ class _TwoPhase:
             return
         eng = self.engine
         free = eng.limits.max_batch - (eng.n_running() - len(self.pending))
-        keep = keep_slots([(p, a, eid) for eid, p, a, _ in self.pending], eng.waiting_keys(), free)
+        # the engine keys its waiting requests by epoch arrival times (`clock.epoch`), so the candidates are too:
+        # relative ones would win every tie of priority (all of fcfs-pf's)
+        keep = keep_slots([(p, self.clock.epoch(t0 + a), eid) for eid, p, a, _ in self.pending], eng.waiting_keys(),
+                          free)
         for eid, prio, arrival, first in self.pending:
             if eid in keep:
                 eng.set_priority(eid, prio)

@@ -66,13 +66,13 @@ def per_token_table(real_runs: pd.DataFrame, slo: SLO) -> str:
     return "\n".join(lines)
 
 
-def paired_table(pg: pd.DataFrame, shown: list[tuple[str, str]] = PAIRED_SHOWN) -> str:
+def paired_table(pg: pd.DataFrame, shown: list[tuple[str, str]] = PAIRED_SHOWN, base: str = "FCFS") -> str:
     """Markdown: the paired gains over FCFS of the headline statistics: the gain (which statistic, FCFS →
     policy), the exact sign-flip p over repeats, the interval or why there is none, and the range of the gain
     with any one request left out."""
     if pg.empty:
-        return "(no policy to pair with FCFS)"
-    head = ["load", "policy", "predictor", "statistic", "FCFS → policy", "gain", "sign-flip p (n)", "interval",
+        return f"(no policy to pair with {base})"
+    head = ["load", "policy", "predictor", "statistic", f"{base} → policy", "gain", "sign-flip p (n)", "interval",
             "one request left out: gain range"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     names = dict(shown)

@@ -5,7 +5,10 @@
 and nothing runs behind its back. A thin wrapper on the scheduler's `schedule()` reads what each step
 runs (requests, prompt tokens prefilled, context held), the inputs of the step-time fit. Every request
 replays a known length: `ignore_eos` with `max_tokens` set to it, as serving benchmarks do, so runs
-under different policies do identical work. Prefix caching is off: the simulator does not model it and
+under different policies do identical work. With `natural_eos` (serve.answers=natural) an answer ends at the
+model's own end of sequence and `max_tokens` is only its cap; each request then samples with a seed drawn
+from its token ids, so every policy's run of a repeat samples the same answers as far as the batch's
+arithmetic allows. Prefix caching is off: the simulator does not model it and
 a cached prompt would make a repeat run cheaper than the first.
 
 With `capture_layer` (the predictor reads the engine's own prefill, `serve.predictor.source=engine`) a
@@ -19,10 +22,15 @@ phases of one request share KV: nothing is shared across requests or runs, as wi
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import sys
+import zlib
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from lengthpred.errors import ConfigError, ModelError
 from lengthpred.serve.engine import EngineLimits, RequestRejected, StepInfo
@@ -44,7 +52,7 @@ class VLLMEngine:
     def __init__(self, checkpoint: str, *, dtype: str = "bfloat16", max_model_len: int = 2048,
                  max_num_seqs: int = 8, max_num_batched_tokens: int = 2048, seed: int = 0,
                  temperature: float = 0.7, top_p: float = 0.9, engine_args: dict[str, Any] | None = None,
-                 capture_layer: int | None = None, prefix_caching: bool = False) -> None:
+                 capture_layer: int | None = None, prefix_caching: bool = False, natural_eos: bool = False) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its envs
         try:
             from vllm import EngineArgs
@@ -60,6 +68,7 @@ class VLLMEngine:
         except ImportError:
             self._rejectable = (ValueError, TypeError)
         self.temperature, self.top_p = temperature, top_p
+        self.natural_eos, self.seed = bool(natural_eos), int(seed)
         kw: dict[str, Any] = dict(model=checkpoint, dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                                   max_num_batched_tokens=max_num_batched_tokens, scheduling_policy="priority",
                                   enable_prefix_caching=prefix_caching, enforce_eager=True, seed=seed,
@@ -134,14 +143,16 @@ class VLLMEngine:
         if self.prefix_caching:  # only requests with one salt (the two phases of one request) share KV
             prompt["cache_salt"] = cache_salt or rid
         try:
-            params = self._SamplingParams(max_tokens=int(max_tokens), ignore_eos=True, temperature=self.temperature,
-                                          top_p=self.top_p, detokenize=False, output_kind=self._kind)
+            natural = {"seed": answer_seed(prompt_ids, self.seed)} if self.natural_eos else {}
+            params = self._SamplingParams(max_tokens=int(max_tokens), ignore_eos=not self.natural_eos,
+                                          temperature=self.temperature, top_p=self.top_p, detokenize=False,
+                                          output_kind=self._kind, **natural)
             engine_id = self.llm.add_request(rid, prompt, params, arrival_time=arrival_time, priority=int(priority))
         except self._rejectable as e:  # vLLM's validation: prompt too long, bad sampling settings
             raise RequestRejected(f"request {rid}: {str(e).strip().splitlines()[0][:300]}") from None
+        self._engine_ids[rid] = str(engine_id or rid)  # vLLM adds a suffix to the id it schedules
         if capture and self.capture is not None:
-            self.capture.want(str(engine_id or rid), rid)  # vLLM adds a suffix to the id it schedules
-            self._engine_ids[rid] = str(engine_id or rid)
+            self.capture.want(self._engine_ids[rid], rid)
 
     def step(self) -> StepInfo:
         self._step = None
@@ -172,6 +183,26 @@ class VLLMEngine:
         if req is not None:  # vLLM's preemption victim is the running request with the largest (priority, arrival)
             req.priority = int(priority)
 
+    def reprioritize(self, key: Callable[[str], int]) -> None:
+        """Give every request waiting in the engine the priority `key(request id)` (an aging policy's key,
+        re-set before each step). vLLM fixes a priority at `add`; in-process its priority scheduler keeps the
+        waiting requests in a heap ordered by (priority, arrival), so they are re-keyed there and re-heaped:
+        a waiting request holds no KV, so nothing is recomputed."""
+        ext = {e: r for r, e in self._engine_ids.items()}
+        for name in ("waiting", "kv_holding_waiting"):
+            queue = getattr(self.scheduler, name, None)
+            if queue is None or not len(queue):
+                continue
+            heap = getattr(queue, "_heap", None)
+            if heap is None:
+                raise ConfigError(f"this vLLM build's {name} queue is not a priority heap; an aging policy needs "
+                                  "scheduling_policy=priority")
+            for req in heap:
+                rid = ext.get(req.request_id)
+                if rid is not None:
+                    req.priority = int(key(rid))
+            heapq.heapify(heap)
+
     def has_unfinished(self) -> bool:
         return bool(self.llm.has_unfinished_requests())
 
@@ -183,6 +214,12 @@ class VLLMEngine:
         if self.capture is not None:
             gone = set(rids)
             self.capture.forget([e for e, r in self.capture.wanted.items() if r in gone])
+
+
+def answer_seed(prompt_ids: list[int], seed: int) -> int:
+    """A request's sampling seed from its tokens (natural answers): the same prompt samples alike under every
+    policy, whichever position or id it has in the run."""
+    return zlib.crc32(np.asarray(prompt_ids, dtype=np.int64).tobytes(), seed & 0xFFFFFFFF)
 
 
 def _layout(runner: Any) -> StepLayout:

@@ -84,12 +84,15 @@ def draw_requests(pool: PromptPool, n: int, seed: int) -> list[tuple[int, int]]:
 def unit_arrivals(n: int, seed: int, process: str = "poisson", cv: float = 1.0,
                   trace: Sequence[float] | None = None) -> np.ndarray:
     """Arrival times from 0 whose own rate, (n − 1) / span, is exactly 1 request/s (divide by a rate to get
-    that load): Poisson or gamma inter-arrivals, or a trace's first `n` times, rescaled. Without the rescale a
-    40-request Poisson sample's rate is off by ±16%, so one repeat's "load 0.95" could sit above capacity."""
+    that load): Poisson or gamma inter-arrivals, or window `seed` of a trace (its times [seed·n, (seed + 1)·n),
+    so repeats replay disjoint stretches of real traffic), rescaled. Without the rescale a 40-request Poisson
+    sample's rate is off by ±16%, so one repeat's "load 0.95" could sit above capacity."""
     if process == "trace":
-        if trace is None or len(trace) < n:
-            raise DataError(f"serve arrival trace has {0 if trace is None else len(trace)} times, need {n}")
-        a = np.sort(np.asarray(trace[:n], dtype=float))
+        lo = int(seed) * n
+        if trace is None or len(trace) < lo + n:
+            raise DataError(f"serve arrival trace has {0 if trace is None else len(trace)} times, repeat {seed} "
+                            f"needs times {lo} to {lo + n - 1}: use fewer or smaller repeats")
+        a = np.sort(np.asarray(trace[lo:lo + n], dtype=float))
     else:
         rng = np.random.default_rng([seed, 1])  # a stream apart from the request draw
         a = arrival_times(n, 1.0, process=process, cv=cv, rng=rng)
@@ -98,11 +101,12 @@ def unit_arrivals(n: int, seed: int, process: str = "poisson", cv: float = 1.0,
 
 
 def make_requests(pool: PromptPool, picks: Sequence[tuple[int, int]], arrivals: np.ndarray,
-                  tag: str) -> list[ServeRequest]:
-    """Requests in arrival order; ids `<tag>-<k>` (k = draw order)."""
+                  tag: str, cap: int | None = None) -> list[ServeRequest]:
+    """Requests in arrival order; ids `<tag>-<k>` (k = draw order). `cap`: natural answers (the engine stops at
+    the end of sequence), every request's `length` is this cap instead of its replayed sample."""
     out = []
     for k, ((e, s), t) in enumerate(zip(picks, arrivals, strict=True)):
         sam = pool.samples[e]
-        out.append(ServeRequest(f"{tag}-{k}", pool.ids[e], pool.token_ids[e], max(int(sam[s]), 1), float(t),
-                                float(np.mean(sam))))
+        n = int(cap) if cap is not None else max(int(sam[s]), 1)
+        out.append(ServeRequest(f"{tag}-{k}", pool.ids[e], pool.token_ids[e], n, float(t), float(np.mean(sam))))
     return sorted(out, key=lambda r: (r.arrival, r.rid))

@@ -26,6 +26,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.data import load_prompts, load_splits
+from lengthpred.data.serving_traces import load_trace
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.models import load_tokenizer
 from lengthpred.models.serving import checkpoint_dir, load_causal_lm
@@ -41,13 +42,13 @@ from lengthpred.serve.calibration_check import CheckBounds
 from lengthpred.serve.clock import VirtualClock, WallClock
 from lengthpred.serve.engine import EngineLimits
 from lengthpred.serve.experiment import GridResult, ServeSettings, fidelity_summary, resimulate, run_grid
-from lengthpred.serve.fake import FakeEngine
+from lengthpred.serve.fake import FakeEngine, fake_natural_length
 from lengthpred.serve.featurize import CachedFeaturizer, PrefillFeaturizer
 from lengthpred.serve.metrics import SLO
 from lengthpred.serve.paired import MIN_REPEATS, paired_gains
 from lengthpred.serve.predictor import EngineReadout, NoPredictor, OnlineReadout, TablePredictor
 from lengthpred.serve.priority import AGING_WEIGHT, POLICIES
-from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict
+from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict, with_limits
 from lengthpred.serve.replay import RunLog
 from lengthpred.serve.vllm_engine import VLLMEngine
 from lengthpred.serve.workload import PromptPool, build_pool
@@ -67,15 +68,7 @@ def _predicting(policies: Any) -> list[str]:
 
 def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
     sc = cfg.serve
-    trace = None
-    if sc.arrival == "trace":
-        if not sc.trace_path:
-            raise ConfigError("serve.arrival=trace needs serve.trace_path (a CSV/Parquet with an `arrival` column)")
-        p = Path(sc.trace_path)
-        df = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
-        if "arrival" not in df.columns:
-            raise DataError(f"{p}: no `arrival` column")
-        trace = df["arrival"].astype(float).tolist()
+    trace = arrival_trace(cfg) if sc.arrival == "trace" else None
     bad = [p for p in sc.policies if p not in POLICIES]
     if bad:
         raise ConfigError(f"serve.policies {bad}: valid are {', '.join(POLICIES)}")
@@ -83,9 +76,6 @@ def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
     if predicting and sc.predictor.kind == "none":
         raise ConfigError(f"serve.policies has {predicting[0]} but serve.predictor.kind=none; choose rls or stored")
     aging = [p for p in sc.policies if POLICIES[p].ages]
-    if aging and sc.engine.kind == "vllm":
-        raise ConfigError(f"serve.policies {aging}: vLLM fixes a request's priority when it is added, so an aging "
-                          "policy runs on the fake engine and in the simulator only (serve.starvation)")
     source = predictor_source(sc)
     if source not in ("engine", "worker"):
         raise ConfigError(f"serve.predictor.source={source!r}; valid: engine, worker")
@@ -99,14 +89,51 @@ def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
         raise ConfigError("a live predictor runs on the wall clock: set serve.engine.fake_clock=wall with the fake engine")
     if not sc.loads or min(sc.loads) <= 0:
         raise ConfigError(f"serve.loads={list(sc.loads)}: need positive fractions of capacity")
+    natural_cap = natural_answers_cap(sc)
     return ServeSettings(
         loads=[float(x) for x in sc.loads], seeds=[int(x) for x in sc.seeds], n_requests=int(sc.n_requests),
         policies=list(sc.policies), data=str(cfg.data.name), arrival=str(sc.arrival), cv=float(sc.arrival_cv),
         trace=trace, slo=slo_from_cfg(sc),
         calibration_requests=int(sc.calibration_requests), horizon_factor=float(sc.horizon_factor),
         fit_skip=int(sc.fit_skip), sim=dict(OmegaConf.to_container(sc.sim, resolve=True) or {}),
-        aging_weight=float(sc.get("aging_weight", AGING_WEIGHT)), **checks_from_cfg(sc),
+        aging_weight=float(sc.get("aging_weight", AGING_WEIGHT)), natural_cap=natural_cap, **checks_from_cfg(sc),
     )
+
+
+def arrival_trace(cfg: DictConfig) -> list[float]:
+    """The arrival times (s) of `serve.trace_name` (a stored serving trace, `lengthpred.data.serving_traces`) or of
+    `serve.trace_path`'s `arrival` column."""
+    sc = cfg.serve
+    name, path = sc.get("trace_name"), sc.get("trace_path")
+    if bool(name) == bool(path):
+        raise ConfigError("serve.arrival=trace needs one of serve.trace_name (a stored serving trace) or "
+                          "serve.trace_path (a CSV/Parquet with an `arrival` column)")
+    if name:
+        return load_trace(str(name), Path(cfg.paths.datasets_root))["arrival_s"].astype(float).tolist()
+    p = Path(path)
+    df = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+    if "arrival" not in df.columns:
+        raise DataError(f"{p}: no `arrival` column")
+    return df["arrival"].astype(float).tolist()
+
+
+def natural_answers_cap(sc: DictConfig) -> int | None:
+    """`serve.answers`: replay (None: each request replays a sampled length) or natural (the answers' cap,
+    `serve.natural_max_tokens`: the engine stops at the end of sequence). An oracle needs a length known before
+    the answer ends, which a natural answer does not have."""
+    mode = str(sc.get("answers", "replay"))
+    if mode == "replay":
+        return None
+    if mode != "natural":
+        raise ConfigError(f"serve.answers={mode!r}; valid: replay, natural")
+    oracles = [p for p in sc.policies if POLICIES[p].oracle]
+    if oracles:
+        raise ConfigError(f"serve.policies {oracles}: a natural answer's length is unknown until it ends, so there is "
+                          "no oracle; drop it or use serve.answers=replay")
+    cap = sc.get("natural_max_tokens")
+    if cap is None or int(cap) < 1:
+        raise ConfigError(f"serve.natural_max_tokens={cap}: natural answers need a cap >= 1 (tokens)")
+    return int(cap)
 
 
 def checks_from_cfg(sc: DictConfig) -> dict[str, Any]:
@@ -178,6 +205,12 @@ def reads_engine_prefill(cfg: DictConfig) -> bool:
             and bool(_predicting(sc.policies)))
 
 
+def serves_in_two_phases(cfg: DictConfig) -> bool:
+    """Whether some run serves prefill first and then re-adds a decode (the in-engine readout, `fcfs-pf`): the
+    engine then needs prefix caching, so a decode that yields re-uses its prompt's KV."""
+    return reads_engine_prefill(cfg) or any(POLICIES[p].prefill_first for p in cfg.serve.policies if p in POLICIES)
+
+
 def make_engine(cfg: DictConfig, state: Callable[[list[int]], np.ndarray] | None = None) -> tuple[Any, Any]:
     """(engine, clock): vLLM on the model's checkpoint and the wall clock, or the fake engine on a virtual one.
     When the readout reads the engine's prefill, vLLM captures layer `serve.predictor.layer` with prefix
@@ -189,18 +222,21 @@ def make_engine(cfg: DictConfig, state: Callable[[list[int]], np.ndarray] | None
         clock = VirtualClock() if ec.fake_clock == "virtual" else WallClock()
         prof = get_profile(ec.fake_profile, {"max_batch": int(ec.max_num_seqs),
                                              "token_budget": int(ec.max_num_batched_tokens)})
-        return FakeEngine(prof, clock, max_model_len=int(ec.max_model_len), state=state if in_engine else None), clock
+        natural = fake_natural_length if natural_answers_cap(cfg.serve) else None
+        return FakeEngine(prof, clock, max_model_len=int(ec.max_model_len), state=state if in_engine else None,
+                          natural=natural), clock
     if ec.kind != "vllm":
         raise ConfigError(f"serve.engine.kind={ec.kind!r}; valid: vllm, fake")
     spec = instantiate(cfg.model)
     args = dict(OmegaConf.to_container(ec.args, resolve=True) or {})
-    if in_engine:
+    two_phase = serves_in_two_phases(cfg)
+    if two_phase:
         args.setdefault("block_size", int(cfg.serve.predictor.kv_block_size))
     engine = VLLMEngine(checkpoint_dir(spec), dtype=str(ec.dtype), max_model_len=int(ec.max_model_len),
                         max_num_seqs=int(ec.max_num_seqs), max_num_batched_tokens=int(ec.max_num_batched_tokens),
                         seed=int(ec.seed), temperature=float(ec.temperature), top_p=float(ec.top_p),
                         engine_args=args, capture_layer=readout_key(cfg.serve).layer if in_engine else None,
-                        prefix_caching=in_engine)
+                        prefix_caching=two_phase, natural_eos=natural_answers_cap(cfg.serve) is not None)
     return engine, WallClock()
 
 
@@ -303,7 +339,7 @@ def run_serve(cfg: DictConfig, tracker: Any) -> Path:
         readout = _rls_readout(cfg, pool, prompts, splits, targets, tokenizer)
     engine, clock = make_engine(cfg, state=readout[0] if readout else None)
     make_predictor = predictor_factory(cfg, pool, prompts, splits, targets, tokenizer, readout=readout, engine=engine)
-    fit = load_profile_fit(sc.profile_path) if sc.profile_path else None
+    fit = with_limits(load_profile_fit(sc.profile_path), engine.limits) if sc.profile_path else None
     print(f"serve: {len(pool)} {sc.split} prompts, {settings.n_requests} requests per run, loads {settings.loads}, "
           f"repeats {settings.seeds}, policies {settings.policies}; engine {engine.name} (max_num_seqs "
           f"{engine.limits.max_batch}, {engine.limits.kv_blocks} KV blocks of {engine.limits.block_size})", flush=True)
@@ -360,6 +396,11 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     gain.to_csv(out / "serve_gains.csv", index=False)
     paired = paired_gains(real, res.requests, settings.slo) if len(res.requests) else pd.DataFrame()
     paired.to_csv(out / "serve_paired.csv", index=False)
+    pf = "fcfs-prefill-first"  # what the predictions buy once prefills go first anyway (serve.policies: fcfs-pf)
+    paired_pf = (paired_gains(real, res.requests, settings.slo, baseline=pf)
+                 if len(res.requests) and (real["policy"] == pf).any() else pd.DataFrame())
+    if len(paired_pf):
+        paired_pf.to_csv(out / "serve_paired_prefill_first.csv", index=False)
     res.drift.to_csv(out / "serve_drift.csv", index=False)
     weights = [float(w) for w in (sc.get("starvation") or {}).get("weights", [])]
     starv = starvation.compare(res.requests, res.fit.profile, starvation.starvation_policies(weights), settings.sim,
@@ -396,6 +437,9 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
           f"{report_stats.latency_table(real)}\n\n{report_stats.per_token_table(real, settings.slo)}")
     print(f"\n**Paired gains over FCFS ({n_rep} repeats; exact sign-flip test over repeats; an interval needs >= "
           f"{MIN_REPEATS})**\n\n{report_stats.paired_table(paired)}")
+    if len(paired_pf):
+        print(f"\n**Paired gains over FCFS with prefills first (fcfs-pf: the same two-phase serving order, decodes by "
+              f"arrival; what the predictions alone buy)**\n\n{report_stats.paired_table(paired_pf, base='FCFS-pf')}")
     if len(starv):
         print(f"\n**Starvation: every policy on the same workloads in the simulator ({res.fit.profile.name}; the "
               f"predictions the live predictor made; no predictor cost), means over {n_rep} repeats**\n\n"

@@ -1,0 +1,31 @@
+"""Merge stored serve runs that pair (same profile, pool and draw) into one folder:
+
+    python scripts/serve_merge.py OUT RUN_DIR RUN_DIR [...]
+
+then `python scripts/serve.py experiment=demo serve.resimulate=OUT` tables them together (lengthpred.serve.merge).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lengthpred.errors import LengthpredError
+from lengthpred.serve.merge import merge_runs
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    try:
+        out = merge_runs([Path(a) for a in argv[1:]], Path(argv[0]))
+    except LengthpredError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"merged {len(argv) - 1} serve run folders into {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
