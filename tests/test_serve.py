@@ -217,6 +217,8 @@ def test_trace_arrivals_replay_one_window_per_repeat_and_refuse_a_short_trace():
         np.testing.assert_allclose(w, want * 19 / want[-1])
     with pytest.raises(DataError, match="repeat 4 needs times 80 to 99"):
         unit_arrivals(20, 4, "trace", trace=trace[:90])
+    shuffled = np.random.default_rng(1).permutation(trace)  # a file out of time order: windows of time still
+    np.testing.assert_allclose(unit_arrivals(20, 1, "trace", trace=shuffled), w1)
 
 
 def _grid(loads, policies=("fcfs", "sjf", "oracle"), seeds=(0, 1)):

@@ -59,16 +59,22 @@ def test_natural_answers_end_at_their_own_length_under_every_policy_and_the_simu
 
 
 def test_an_answer_that_ends_at_its_first_token_does_not_come_back_as_a_decode():
-    pool = PromptPool(["a", "b"], [[1, 2, 3], [4, 5, 6, 7]], [[5], [5]])
-    reqs = make_requests(pool, [(0, 0), (1, 0)], np.array([0.0, 0.01]), tag="t", cap=50)
+    """One slot and an older decode waiting: a decode would have to yield, so an answer finished in its prefill
+    step must not be re-added (it would make tokens after its end)."""
+    from dataclasses import replace
+
+    one = replace(PROF, max_batch=1)
+    pool = PromptPool(["old", "a"], [[9] * 40, [1, 2, 3]], [[5], [5]])
+    reqs = make_requests(pool, [(0, 0), (1, 0)], np.array([0.0, 0.0]), tag="t", cap=50)
     clock = VirtualClock()
-    run = replay(reqs, FakeEngine(PROF, clock, natural=lambda ids: 1 if len(ids) == 3 else 7), get_policy("fcfs-pf"),
+    run = replay(reqs, FakeEngine(one, clock, natural=lambda ids: 1 if len(ids) == 3 else 30), get_policy("fcfs-pf"),
                  NoPredictor(), clock)
     r = run.requests.set_index("prompt_id")
-    assert r.loc["a", "output_tokens"] == 1 and r.loc["b", "output_tokens"] == 7 and (r["status"] == "finished").all()
+    assert (r["status"] == "finished").all() and r.loc["old", "split"]  # the older decode did yield
+    assert r.loc["a", "output_tokens"] == 1 and not r.loc["a", "split"] and r.loc["old", "output_tokens"] == 30
 
 
-def test_two_phase_policies_turn_on_prefix_caching_and_natural_answers_reach_the_engine():
+def test_two_phase_policies_turn_on_prefix_caching_and_natural_answers_reach_the_engine(monkeypatch):
     cfg = compose_cfg(["serve.engine.kind=fake", "serve.policies=[fcfs,fcfs-pf]", "serve.predictor.kind=none"])
     assert setup.serves_in_two_phases(cfg)
     assert not setup.serves_in_two_phases(compose_cfg(["serve.policies=[fcfs,oracle]", "serve.predictor.kind=none"]))
@@ -77,6 +83,16 @@ def test_two_phase_policies_turn_on_prefix_caching_and_natural_answers_reach_the
     assert eng.natural_eos
     eng, _ = setup.make_engine(cfg)
     assert not eng.natural_eos
+    seen = {}
+
+    class _Spy:  # what make_engine asks of vLLM: prefix caching on, 32-token blocks, for the two-phase policy
+        def __init__(self, ckpt, **kw):
+            seen.update(kw)
+
+    monkeypatch.setattr(setup, "VLLMEngine", _Spy)
+    monkeypatch.setattr(setup, "checkpoint_dir", lambda spec: "/ckpt")  # no model is read
+    setup.make_engine(compose_cfg(["serve.policies=[fcfs,fcfs-pf]", "serve.predictor.kind=none"]))
+    assert seen["prefix_caching"] is True and seen["engine_args"]["block_size"] == 32 and not seen["natural_eos"]
 
 
 def test_a_stored_profile_takes_the_engine_limits():
@@ -161,3 +177,21 @@ def test_the_workload_fidelity_table_reports_each_workloads_mean_and_worst_run()
     assert "| poisson | 2 | 1.010–1.010 | 3.0% (4.0%) |" in t and "| cap16 | 2 | 1.200–1.200 | 20.0% (30.0%) |" in t
     assert t.splitlines()[2].endswith("| — |")  # no in-sample refit given
     assert "Worst run on a mean: 30.0%" in t and "2 of 4 run × mean cells miss 5%" in t
+
+
+def test_the_committed_ten_repeats_against_prefill_first_fcfs_give_the_readmes_headline():
+    """README "Serving": predicted-SJF over fcfs-pf on the committed runs (data/reference/.../serve_pf10)."""
+    from lengthpred.paths import REPO_ROOT
+    from lengthpred.serve.metrics import SLO
+    from lengthpred.serve.paired import paired_gains
+
+    root = REPO_ROOT / "data" / "reference" / "smollm2-135m" / "serve_pf10"
+    runs = pd.concat([pd.read_csv(root / h / "serve_runs.csv") for h in ("a", "b")], ignore_index=True)
+    reqs = pd.concat([pd.read_parquet(root / h / "serve_requests.parquet") for h in ("a", "b")], ignore_index=True)
+    real = runs[runs["hardware"] == "vllm"]
+    g = paired_gains(real, reqs, SLO(), loo=False, baseline="fcfs-prefill-first").set_index("metric")
+    assert int(g.loc["per_token_latency_mean", "n"]) == 10
+    assert g.loc["per_token_latency_mean", "gain"] == pytest.approx(0.283, abs=0.005)
+    assert g.loc["per_token_latency_mean", "p_value"] <= 0.05 and g.loc["per_token_latency_mean", "ci_low"] > 0
+    assert g.loc["ttft_mean", "ci_low"] < 0 < g.loc["ttft_mean", "ci_high"]  # the predictions add no TTFT
+    assert g.loc["jct_p99", "gain"] < -0.5

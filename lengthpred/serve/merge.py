@@ -19,7 +19,9 @@ from lengthpred.errors import DataError
 
 KEYS = ["policy", "predictor", "load", "seed"]
 SAME = {"split": "test", "n_requests": None, "arrival": "poisson", "arrival_cv": None, "trace_name": None,
-        "trace_path": None, "length_cap": None, "answers": "replay"}  # key → its value in runs stored before it existed
+        "trace_path": None, "length_cap": None, "answers": "replay", "natural_max_tokens": None}
+# key → its value in runs stored before it existed; the engine's sampling decides natural answers too
+ENGINE_SAME = ("temperature", "top_p", "seed", "max_num_seqs", "max_num_batched_tokens", "dtype")
 COPIED = ("calibration_steps.parquet", "calibration_check.json", "profile.json")
 
 
@@ -43,10 +45,17 @@ def merge_runs(folders: Sequence[Path], out: Path) -> Path:
         if m["profile"]["profile"] != first["profile"]["profile"]:
             raise DataError(f"serve merge: {d} ran on another profile than {folders[0]} (its arrivals differ); "
                             f"rerun it with serve.profile_path={Path(folders[0]) / 'profile.json'}")
+        natural = "natural" in (first["config"].get("answers"), m["config"].get("answers"))
         for k, default in SAME.items():
+            if k == "natural_max_tokens" and not natural:
+                continue  # replayed lengths: the cap of natural answers plays no part
             a, b = first["config"].get(k, default), m["config"].get(k, default)
             if a != b:
                 raise DataError(f"serve merge: {d} has serve.{k}={b!r}, {folders[0]} {a!r}: not the same requests")
+        for k in ENGINE_SAME:
+            a, b = (first["config"].get("engine") or {}).get(k), (m["config"].get("engine") or {}).get(k)
+            if a != b:
+                raise DataError(f"serve merge: {d} has serve.engine.{k}={b!r}, {folders[0]} {a!r}: not the same requests")
         if m["limits"] != first["limits"]:
             raise DataError(f"serve merge: {d} ran with engine limits {m['limits']}, {folders[0]} {first['limits']}")
     parts = [pd.read_csv(Path(d) / "serve_runs.csv") for d in folders]

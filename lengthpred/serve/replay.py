@@ -159,7 +159,8 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
     stats = predictor.stats()
     staged_on = staged is not None
     natural = bool(getattr(engine, "natural_eos", False))
-    # a natural answer's length is known once it ended: the simulator replays that (a cut one keeps its cap)
+    # a natural answer's length is known once it ended: the simulator replays that (one cut at the horizon: the
+    # tokens it made, a lower bound)
     rows = [{"rid": q.rid, "prompt_id": q.prompt_id, "arrival": q.arrival, "prompt_tokens": q.prompt_tokens,
              "target_tokens": _made(q, rec[q.rid]) if natural else q.length, "expected_tokens": q.expected,
              **rec[q.rid], "prefill_first": staged_on, "max_tokens": q.length, "natural": natural}
@@ -168,7 +169,7 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
 
 
 def _made(q: ServeRequest, r: dict) -> int:
-    return max(int(r["output_tokens"]), 1) if r["status"] == "finished" else q.length
+    return max(int(r["output_tokens"]), 1)
 
 
 def _base(rid: str) -> str:
@@ -252,6 +253,8 @@ def _age(engine: Engine, policy: ServePolicy, rec: dict[str, dict], by_id: dict[
         raise ConfigError(f"policy {policy.name}: engine {engine.name} cannot change a waiting request's priority")
 
     def key(rid: str) -> int:
+        if rid.endswith(PREFILL_SUFFIX):  # a prefill phase keeps its place ahead of every decode
+            return PREFILL_PRIORITY
         q = by_id[rid]
         return policy.aged_priority(rec[rid]["prediction"], q.length, now - q.arrival)
 

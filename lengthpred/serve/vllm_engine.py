@@ -97,7 +97,8 @@ class VLLMEngine:
                                    max_model_len=int(self.llm.model_config.max_model_len))
         self._step: StepInfo | None = None
         self.capture: StateCapture | None = None
-        self._engine_ids: dict[str, str] = {}  # captured request → the id vLLM schedules it under
+        self._engine_ids: dict[str, str] = {}  # request → the id vLLM schedules it under
+        self._seeds: dict[str, int] = {}  # natural answers: salt (or request id) → its sampling seed
         if capture_layer is not None:
             runner = self._model_runner(core)
             layers = runner.get_model().model.layers
@@ -143,7 +144,12 @@ class VLLMEngine:
         if self.prefix_caching:  # only requests with one salt (the two phases of one request) share KV
             prompt["cache_salt"] = cache_salt or rid
         try:
-            natural = {"seed": answer_seed(prompt_ids, self.seed)} if self.natural_eos else {}
+            # one seed per answer: a decode phase re-added under its request's salt keeps its prefill's seed
+            # (its continuation is still sampled afresh from the first token)
+            key = cache_salt or rid
+            if self.natural_eos and key not in self._seeds:
+                self._seeds[key] = answer_seed(prompt_ids, self.seed)
+            natural = {"seed": self._seeds[key]} if self.natural_eos else {}
             params = self._SamplingParams(max_tokens=int(max_tokens), ignore_eos=not self.natural_eos,
                                           temperature=self.temperature, top_p=self.top_p, detokenize=False,
                                           output_kind=self._kind, **natural)
@@ -186,8 +192,8 @@ class VLLMEngine:
     def reprioritize(self, key: Callable[[str], int]) -> None:
         """Give every request waiting in the engine the priority `key(request id)` (an aging policy's key,
         re-set before each step). vLLM fixes a priority at `add`; in-process its priority scheduler keeps the
-        waiting requests in a heap ordered by (priority, arrival), so they are re-keyed there and re-heaped:
-        a waiting request holds no KV, so nothing is recomputed."""
+        waiting requests (and those waiting with KV held) in heaps ordered by (priority, arrival), so they are
+        re-keyed there and re-heaped; re-keying moves no KV and recomputes nothing."""
         ext = {e: r for r, e in self._engine_ids.items()}
         for name in ("waiting", "kv_holding_waiting"):
             queue = getattr(self.scheduler, name, None)

@@ -89,10 +89,12 @@ def unit_arrivals(n: int, seed: int, process: str = "poisson", cv: float = 1.0,
     sample's rate is off by ±16%, so one repeat's "load 0.95" could sit above capacity."""
     if process == "trace":
         lo = int(seed) * n
+        if lo < 0:
+            raise ConfigError(f"serve.seeds: repeat {seed} has no trace window (repeats are >= 0)")
         if trace is None or len(trace) < lo + n:
             raise DataError(f"serve arrival trace has {0 if trace is None else len(trace)} times, repeat {seed} "
                             f"needs times {lo} to {lo + n - 1}: use fewer or smaller repeats")
-        a = np.sort(np.asarray(trace[lo:lo + n], dtype=float))
+        a = np.sort(np.asarray(trace, dtype=float))[lo:lo + n]  # windows of time, however the file is ordered
     else:
         rng = np.random.default_rng([seed, 1])  # a stream apart from the request draw
         a = arrival_times(n, 1.0, process=process, cv=cv, rng=rng)
