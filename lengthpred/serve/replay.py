@@ -203,9 +203,8 @@ class _TwoPhase:
                 self.prefilled.add(eid)
                 req, r = by_id[_base(eid)], rec[_base(eid)]
                 r["ready"] = req.arrival  # its key needs no prediction
-                r["priority"] = prio = self.policy.priority(None, req.length)
-                if req.length > 1 and eid not in info.finished:  # a natural answer may end at its first token
-                    self.pending.append((eid, prio, req.arrival, (list(info.token_ids.get(eid, [])) or [0])[0]))
+                r["priority"] = self.policy.priority(None, req.length)
+                self._queue(eid, int(r["priority"]), req, info)
             return
         missed = [e for e in info.new_tokens if e.endswith(PREFILL_SUFFIX) and e not in info.captured
                   and math.isnan(rec[_base(e)]["prediction"])]
@@ -217,9 +216,14 @@ class _TwoPhase:
             pred = float(self.predictor.predict_row(req, row))
             r["ready"] = self.clock.now() - t0
             r["prediction"] = pred
-            r["priority"] = prio = self.policy.priority(pred, req.length)
-            if req.length > 1 and eid not in info.finished:  # else the prefill's token was its whole answer
-                self.pending.append((eid, prio, req.arrival, (list(info.token_ids.get(eid, [])) or [0])[0]))
+            r["priority"] = self.policy.priority(pred, req.length)
+            self._queue(eid, int(r["priority"]), req, info)
+
+    def _queue(self, eid: str, prio: int, req: ServeRequest, info: Any) -> None:
+        """Its decode awaits the slot decision, unless the prefill's token was its whole answer (a length of
+        1, or a natural answer that ended there)."""
+        if req.length > 1 and eid not in info.finished:
+            self.pending.append((eid, prio, req.arrival, (list(info.token_ids.get(eid, [])) or [0])[0]))
 
     def decide(self, by_id: dict[str, ServeRequest], rec: dict[str, dict], t0: float) -> None:
         if not self.pending:
