@@ -2,10 +2,12 @@
 
 `objects` (LogNormal, Histogram, QuantileGrid, Empirical, PointMass; `check_quantiles`), `censored` (every
 sampled length a draw, a capped one right-censored at the cap; `from_trace`, `recap`), `scores` (pinball,
-CRPS, coverage, PIT on the capped length: see its docstring for how capped samples are scored).
+CRPS, coverage, PIT on the capped length: see its docstring for how capped samples are scored), `keys`
+(scheduling keys: capped mean, CVaR, TIE's E + β·CVaR).
 """
 
 from lengthpred.distributions.censored import Observations, from_trace, recap, trace_cap
+from lengthpred.distributions.keys import CVAR_LEVELS, tail_mean, tie_beta, tie_key
 from lengthpred.distributions.objects import (
     Empirical,
     Histogram,
@@ -30,5 +32,6 @@ from lengthpred.distributions.scores import (
 __all__ = [
     "Empirical", "Histogram", "LengthDistribution", "LogNormal", "Observations", "PointMass", "QuantileGrid",
     "bootstrap_mean", "check_quantiles", "coverage", "crps", "crps_fair", "from_trace", "per_prompt",
-    "pinball", "pit_bounds", "pit_histogram", "recap", "score_all", "trace_cap",
+    "pinball", "pit_bounds", "pit_histogram", "recap", "score_all", "tail_mean", "tie_beta", "tie_key", "trace_cap",
+    "CVAR_LEVELS",
 ]

@@ -13,6 +13,8 @@ returns (vLLM fixes a request's priority when it is added). Three sources:
 - `EngineReadout`: LEAP's design. The same readout reads the state the serving engine computed in the
   request's own prefill (`in_engine`: the replay loop serves the request in two phases, prefill first, and
   hands the captured row to `predict_row`; `lengthpred.serve.replay`), so no second prefill runs anywhere.
+- `DistEngineReadout`: a key of a distributional head (its expected length, or TIE's E + β·CVaR) on the same
+  engine-captured row; the head is fitted before the run and not updated.
 
 `stats()` reports prediction compute time and RLS updates (count, time per update, updates per second
 of update-thread time); the loop records when each prediction returned (the wait it caused).
@@ -204,6 +206,36 @@ class EngineReadout(OnlineReadout):
     def stats(self) -> dict[str, float]:
         out = super().stats()
         if self.capture is not None:  # the hook's time in the engine's forward, per captured request
+            n = self.capture.n_captured - self._hook0[1]
+            out["hook_ms_mean"] = 1e3 * (self.capture.hook_s - self._hook0[0]) / n if n else math.nan
+        return out
+
+
+class DistEngineReadout(NoPredictor):
+    """A fixed key function of the row the engine captured in the request's own prefill (a distributional
+    head's key, `lengthpred.distributions.keys`); ready at arrival like `EngineReadout`, never updated."""
+
+    in_engine = True
+
+    def __init__(self, key: Callable[[np.ndarray], float], *, name: str, capture: Any = None) -> None:
+        super().__init__()
+        self.key, self.name, self.capture = key, name, capture
+        self.compute_s: list[float] = []
+        self._hook0 = (capture.hook_s, capture.n_captured) if capture is not None else (0.0, 0)
+
+    def predict_row(self, req: ServeRequest, row: np.ndarray) -> float:
+        t = time.perf_counter()
+        y = float(self.key(np.asarray(row, dtype=np.float64).reshape(1, -1)))
+        self.compute_s.append(time.perf_counter() - t)
+        if not math.isfinite(y):
+            raise DataError(f"predictor {self.name}: a non-finite key ({y}) for request {req.rid}")
+        return y
+
+    def stats(self) -> dict[str, float]:
+        c = np.asarray(self.compute_s, dtype=float)
+        out = {"predict_compute_mean": float(c.mean()) if len(c) else math.nan,
+               "predict_compute_p99": float(np.quantile(c, 0.99)) if len(c) else math.nan}
+        if self.capture is not None:
             n = self.capture.n_captured - self._hook0[1]
             out["hook_ms_mean"] = 1e3 * (self.capture.hook_s - self._hook0[0]) / n if n else math.nan
         return out

@@ -11,10 +11,17 @@ only under KV-memory pressure, so each policy here is non-preemptive:
 | oracle | the request's own replayed length | oracle-sjf | clairvoyant |
 | sjf-aging | p − weight · waited / p, p the predicted length (re-set before each step) | sjf-aging | the predictor's name |
 | oracle-aging | the same with p the replayed length | oracle-sjf-aging | clairvoyant |
+| sjf-dist | a distributional head's E[min(L, cap)], rounded (point SJF on that head) | sjf-dist (as sjf) | the key's name |
+| sjf-tie | the same head's E + β·CVaR_0.9 (TIE's key, β fixed), rounded | sjf-tie (as sjf) | the key's name |
 
 The aging policies' priorities change while a request waits (`ServePolicy.aged_priority`, the simulator's
 `lengthpred.sched.core.policies.AgingSJF` key); the replay re-sets them before every engine step on an engine
 that can (`reprioritize`: the fake engine, and vLLM in-process, whose waiting heap is re-keyed).
+
+`sjf-dist` and `sjf-tie` (issue 26) order by two keys of one distributional head read from the engine's own
+prefill (`lengthpred.serve.predictor.DistEngineReadout`), so sjf-tie − sjf-dist is what knowing the
+uncertainty buys on the same head; β is fixed per run (TIE moves it with the queue: the simulator's `sjf-tie`
+policy, `lengthpred.sched.core.policies.TIESJF`).
 
 `fcfs-pf` is the baseline that separates the two things an in-engine readout changes: it serves every
 request in the same two phases (the prefill ahead of every decode, then the decode keeps its slot or yields:
@@ -86,7 +93,10 @@ POLICIES = {
     "sjf-aging": ServePolicy("sjf-aging", "sjf-aging", True, ages=True),
     "oracle-aging": ServePolicy("oracle-aging", "oracle-sjf-aging", False, ages=True),
     "fcfs-pf": ServePolicy("fcfs-pf", "fcfs-prefill-first", False, prefill_first=True, sim_class="fcfs"),
+    "sjf-dist": ServePolicy("sjf-dist", "sjf-dist", True, sim_class="sjf"),
+    "sjf-tie": ServePolicy("sjf-tie", "sjf-tie", True, sim_class="sjf"),
 }
+DIST_POLICIES = ("sjf-dist", "sjf-tie")  # keys of a distributional head on the engine's prefill row
 
 
 def get_policy(name: str, aging_weight: float | None = None) -> ServePolicy:

@@ -27,7 +27,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.data.serving_traces import load_trace
+from lengthpred.distributions import tie_key
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.heads.distributional import CensoredLogNormalHead
 from lengthpred.models import load_tokenizer
 from lengthpred.models.serving import checkpoint_dir, load_causal_lm
 from lengthpred.names import FeatureKey, SplitName, rls_name
@@ -46,8 +48,14 @@ from lengthpred.serve.fake import FakeEngine, fake_natural_length
 from lengthpred.serve.featurize import CachedFeaturizer, PrefillFeaturizer
 from lengthpred.serve.metrics import SLO
 from lengthpred.serve.paired import MIN_REPEATS, paired_gains
-from lengthpred.serve.predictor import EngineReadout, NoPredictor, OnlineReadout, TablePredictor
-from lengthpred.serve.priority import AGING_WEIGHT, POLICIES
+from lengthpred.serve.predictor import (
+    DistEngineReadout,
+    EngineReadout,
+    NoPredictor,
+    OnlineReadout,
+    TablePredictor,
+)
+from lengthpred.serve.priority import AGING_WEIGHT, DIST_POLICIES, POLICIES
 from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict, with_limits
 from lengthpred.serve.replay import RunLog
 from lengthpred.serve.vllm_engine import VLLMEngine
@@ -82,6 +90,12 @@ def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
     live = sc.predictor.kind == "rls" and sc.predictor.features == "live" and bool(predicting)
     if sc.predictor.kind == "rls" and predicting:
         readout_key(sc)
+    dist = [p for p in sc.policies if p in DIST_POLICIES]
+    if dist and not (sc.predictor.kind == "rls" and sc.predictor.features == "live" and source == "engine"):
+        raise ConfigError(f"serve.policies {dist} read a distributional head off the engine's own prefill: set "
+                          "serve.predictor.kind=rls, features=live, source=engine")
+    if dist:
+        dist_settings(sc)
     if aging and live and source == "engine":
         raise ConfigError(f"serve.policies {aging}: an aging policy re-keys waiting requests by their prediction, "
                           "which the engine readout makes only during their prefill; use serve.predictor.source=worker")
@@ -275,7 +289,17 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
     if reads_engine_prefill(cfg):
         label = rls_name(pc.forgetting) + "+engine"
         capture = getattr(engine, "capture", None)
-        return lambda policy: (label, EngineReadout(est, name=label, capture=capture) if policy == "sjf" else NoPredictor())
+        keys = (dist_keys(cfg, featurize, prompts, splits, targets, tokenizer)
+                if any(p in DIST_POLICIES for p in cfg.serve.policies) else {})
+
+        def make(policy: str) -> tuple[str, Any]:
+            if policy == "sjf":
+                return label, EngineReadout(est, name=label, capture=capture)
+            if policy in keys:
+                name, key = keys[policy]
+                return name, DistEngineReadout(key, name=name, capture=capture)
+            return label, NoPredictor()
+        return make
     label = rls_name(pc.forgetting) + ("" if pc.features == "live" else "+stored")
     live = pc.features == "live"
     if live:
@@ -311,6 +335,45 @@ def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, 
     return feat, est
 
 
+def dist_settings(sc: Any) -> tuple[str, float]:
+    """(`serve.predictor.dist.scale`, `.beta`), checked: scale shared | linear, beta a finite number >= 0."""
+    d = sc.predictor.get("dist") or {}
+    scale, beta = str(d.get("scale", "linear")), float(d.get("beta", 0.5))
+    if scale not in ("shared", "linear"):
+        raise ConfigError(f"serve.predictor.dist.scale={scale!r}; valid: shared, linear")
+    if not np.isfinite(beta) or beta < 0:
+        raise ConfigError(f"serve.predictor.dist.beta={beta}: need a finite number >= 0")
+    return scale, beta
+
+
+def dist_keys(cfg: DictConfig, featurize: CachedFeaturizer, prompts: Any, splits: dict, targets: pd.DataFrame,
+              tokenizer: Any) -> dict[str, tuple[str, Callable[[np.ndarray], float]]]:
+    """policy -> (label, key of one feature row) for `sjf-dist` and `sjf-tie`: a censored log-normal head
+    (`serve.predictor.dist.scale`) fitted on every sampled length of the `fit_split` prompts (a capped sample
+    right-censored at the cap) on the served readout's feature; keys on min(L, cap)."""
+    pc = cfg.serve.predictor
+    scale, beta = dist_settings(cfg.serve)
+    if "finish_reasons" not in targets.columns:
+        raise DataError("serve.policies sjf-dist/sjf-tie: the targets record no finish reasons, so no sample is "
+                        "known to be capped; use a generated trace (data with a reference trace)")
+    ids = [i for i in split_ids(splits, pc.fit_split) if i in targets.index]
+    tokens = encode_ids(cfg, prompts, ids, tokenizer)
+    rows = featurize.cached(ids, [tokens[i] for i in ids])
+    X, y, cens = [], [], []
+    for i in ids:
+        for length, reason in zip(targets.at[i, "lengths"], targets.at[i, "finish_reasons"], strict=True):
+            X.append(rows[i])
+            y.append(float(length))
+            cens.append(reason == "length")
+    head = CensoredLogNormalHead(scale=scale, alphas=list(pc.alphas)).fit(np.stack(X), np.array(y), censored=cens)
+    cap = head.cap_ if np.isfinite(head.cap_) else float(cfg.generate.max_new_tokens)
+    name = "censored_hetero" if scale == "linear" else "censored_lognormal"
+    log.info("distributional readout %s fitted on %d samples of %d %s prompts (%.0f%% capped at %g)", name, len(y),
+             len(ids), pc.fit_split, 100 * float(np.mean(cens)), cap)
+    return {"sjf-dist": (f"{name}:mean+engine", lambda x: float(head.predict_dist(x).mean(cap=cap)[0])),
+            "sjf-tie": (f"{name}:tie{beta:g}+engine", lambda x: float(tie_key(head.predict_dist(x), cap, beta)[0]))}
+
+
 def load_profile_fit(path: str | Path) -> ProfileFit:
     """A fitted step-time profile saved as profile.json (`serve.profile_path`) by an earlier serve run."""
     d = json.loads(Path(path).read_text())
@@ -335,7 +398,7 @@ def run_serve(cfg: DictConfig, tracker: Any) -> Path:
     tokenizer = load_tokenizer(instantiate(cfg.model))
     pool, prompts, splits, targets = load_inputs(cfg, tokenizer)
     readout = None
-    if sc.predictor.kind == "rls" and "sjf" in sc.policies:
+    if sc.predictor.kind == "rls" and _predicting(sc.policies):
         readout = _rls_readout(cfg, pool, prompts, splits, targets, tokenizer)
     engine, clock = make_engine(cfg, state=readout[0] if readout else None)
     make_predictor = predictor_factory(cfg, pool, prompts, splits, targets, tokenizer, readout=readout, engine=engine)
@@ -401,6 +464,11 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
                  if len(res.requests) and (real["policy"] == pf).any() else pd.DataFrame())
     if len(paired_pf):
         paired_pf.to_csv(out / "serve_paired_prefill_first.csv", index=False)
+    # what knowing the uncertainty buys on one head: every policy against SJF on that head's expected length
+    paired_dist = (paired_gains(real, res.requests, settings.slo, baseline="sjf-dist")
+                   if len(res.requests) and (real["policy"] == "sjf-dist").any() else pd.DataFrame())
+    if len(paired_dist):
+        paired_dist.to_csv(out / "serve_paired_dist.csv", index=False)
     res.drift.to_csv(out / "serve_drift.csv", index=False)
     weights = [float(w) for w in (sc.get("starvation") or {}).get("weights", [])]
     starv = starvation.compare(res.requests, res.fit.profile, starvation.starvation_policies(weights), settings.sim,
@@ -440,6 +508,9 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     if len(paired_pf):
         print(f"\n**Paired gains over FCFS with prefills first (fcfs-pf: the same two-phase serving order, decodes by "
               f"arrival; what the predictions alone buy)**\n\n{report_stats.paired_table(paired_pf, base='FCFS-pf')}")
+    if len(paired_dist):
+        print(f"\n**Paired gains over SJF on a distributional head's expected length (sjf-dist: what the rest of "
+              f"the distribution adds on the same head)**\n\n{report_stats.paired_table(paired_dist, base='SJF-dist')}")
     if len(starv):
         print(f"\n**Starvation: every policy on the same workloads in the simulator ({res.fit.profile.name}; the "
               f"predictions the live predictor made; no predictor cost), means over {n_rep} repeats**\n\n"
