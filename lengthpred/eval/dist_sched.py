@@ -4,8 +4,9 @@ Keys per request, from a head's predicted distribution of one sampled length, al
 min(L, cap) (a server stops at the cap):
 - `<head>:mean`: E[min(L, cap)] (SJF on the expected length);
 - `<head>:q0.5`, `<head>:q0.9`: SJF by a quantile (JITServe starts from an upper quantile);
-- `<head>:cvar`: E + β·CVaR_0.9, CVaR_0.9 = E[min(L, cap) | L ≥ q0.9] (TIE's key, with β fixed; TIE moves
-  β in [0.1, 0.5] with the queue);
+- `<head>:cvar`: E + β·CVaR_0.9, CVaR_0.9 = E[min(L, cap) | L ≥ q0.9] (TIE's key, with β fixed);
+- `<head>:tie-queue`: the same key with TIE's own β rule, clip(0.1 · waiting / batch cap, 0.1, 0.5) from the
+  waiting queue when the request arrives, then kept (`lengthpred.sched.core.predictors.QueueTIEPredictor`);
 - `<head>:q0.1` under `amin`: the lower bound of Chen–Ye–Zhou's A_min, raised to the tokens generated
   (lengthpred.sched.core.bounds); `amin` evicts by recomputation (the simulator's default), `amin-swap` by
   swapping the KV cache out and back; `amin-nopreempt` never evicts for a smaller key (only under memory pressure,
@@ -27,36 +28,42 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lengthpred.distributions import LengthDistribution
+from lengthpred.distributions import LengthDistribution, tail_mean, tie_key
 from lengthpred.sched import get_profile
 from lengthpred.sched.sweep.experiment import parse_policies, run_grid
 from lengthpred.sched.sweep.pool import LengthSource
 from lengthpred.sched.sweep.summary import gains, summarize_runs
-
-CVAR_LEVELS = tuple(np.linspace(0.9025, 0.9975, 20))  # midpoints of 20 equal slices of (0.9, 1)
 
 
 def uncertainty_keys(name: str, dist: LengthDistribution, cap: float, beta: float = 0.5) -> dict[str, np.ndarray]:
     """The keys of the module docstring for one head's distributions (one per prompt)."""
     q = np.minimum(dist.quantile([0.1, 0.5, 0.9]), cap)
     mean = dist.mean(cap=cap)
-    cvar = np.minimum(dist.quantile(CVAR_LEVELS), cap).mean(axis=1)
     return {f"{name}:mean": mean, f"{name}:q0.5": q[:, 1], f"{name}:q0.9": q[:, 2],
-            f"{name}:cvar": mean + beta * cvar, f"{name}:q0.1": np.maximum(q[:, 0], 1.0)}
+            f"{name}:cvar": tie_key(dist, cap, beta), f"{name}:q0.1": np.maximum(q[:, 0], 1.0)}
+
+
+def queue_tie_keys(name: str, dist: LengthDistribution, cap: float) -> tuple[dict[str, np.ndarray],
+                                                                              dict[str, np.ndarray]]:
+    """({`<head>:tie-queue`: E[min(L, cap)]}, {`<head>:tie-queue`: CVaR_0.9}): the parts of TIE's key whose β
+    the simulator sets from the queue (`LengthSource.tails`)."""
+    k = f"{name}:tie-queue"
+    return {k: dist.mean(cap=cap)}, {k: tail_mean(dist, cap)}
 
 
 def run_uncertainty_sched(samples: Sequence[Sequence[int]], prompt_tokens: np.ndarray, keys: dict[str, np.ndarray],
                           *, hardware: str, loads: list[float], seeds: list[int], n_requests: int,
-                          lower_bounds: Sequence[str], progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+                          lower_bounds: Sequence[str], tails: dict[str, np.ndarray] | None = None,
+                          progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(summary, gains) over seeds: FCFS, the clairvoyant oracle, SJF on every key, A_min (preemptive and
-    not) on `lower_bounds`."""
+    not) on `lower_bounds`; a key in `tails` is TIE's with β from the queue (`queue_tie_keys`)."""
     output = np.array([np.mean(s) for s in samples], dtype=float)
     source = LengthSource("dist", output, np.asarray(prompt_tokens, dtype=float), preds=dict(keys),
-                          samples=[list(s) for s in samples])
+                          samples=[list(s) for s in samples], tails=dict(tails or {}))
     profile = get_profile(hardware)
     common: dict[str, Any] = dict(loads=loads, seeds=seeds, n_requests=n_requests, mean_oracle=False,
                                   progress=progress)
-    point = [k for k in keys if ":" not in k or k.endswith((":mean", ":q0.5", ":q0.9", ":cvar"))]
+    point = [k for k in keys if ":" not in k or k.endswith((":mean", ":q0.5", ":q0.9", ":cvar", ":tie-queue"))]
     runs_a, _ = run_grid(source, profile, parse_policies(["fcfs", "sjf", "oracle-sjf"]), predictors=point, **common)
     amin = parse_policies(["amin", {"name": "amin", "label": "amin-swap", "preemption": "swap"},
                            {"name": "amin", "label": "amin-nopreempt", "preemptive": False}])
@@ -115,4 +122,4 @@ def sched_markdown(summary: pd.DataFrame, gain: pd.DataFrame, load: float) -> st
     return "\n".join(lines)
 
 
-__all__ = ["paired_vs", "run_uncertainty_sched", "sched_markdown", "uncertainty_keys"]
+__all__ = ["paired_vs", "queue_tie_keys", "run_uncertainty_sched", "sched_markdown", "uncertainty_keys"]

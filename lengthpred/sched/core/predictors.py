@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from lengthpred.distributions.keys import tie_beta
 from lengthpred.errors import DataError
 
 
@@ -46,6 +47,38 @@ class ArrayPredictor:
     def remaining_many(self, idx: np.ndarray, generated: np.ndarray) -> np.ndarray:
         p = self.values[idx]
         return np.where(generated < p, p - generated, generated - p + 1.0)
+
+
+class QueueTIEPredictor:
+    """TIE's key with its queue rule (arXiv 2604.00499; its vLLM patch): E + β·CVaR_0.9 per request, β =
+    clip(0.1 · waiting / batch cap, 0.1, 0.5) taken from the waiting queue (the request included) when the
+    request is predicted, at its arrival, and then kept. `mean`, `tail`: E[min(L, cap)] and CVaR_0.9 aligned
+    with the workload's requests. The simulator hands it its queue (`reads_queue`, `bind_queue`)."""
+
+    reads_queue = True
+
+    def __init__(self, mean: np.ndarray, tail: np.ndarray, name: str = "tie-queue") -> None:
+        self.mean, self.tail = np.asarray(mean, dtype=float), np.asarray(tail, dtype=float)
+        self.name = name
+        if self.mean.shape != self.tail.shape or self.mean.ndim != 1 or not (
+                np.all(np.isfinite(self.mean)) and np.all(np.isfinite(self.tail))):
+            raise DataError(f"predictor {name}: mean and tail must be finite 1-D arrays of one length")
+        self._waiting: Callable[[], int] | None = None
+        self.max_batch = 1
+        self.betas: list[float] = []  # the β each prediction used, in prediction order
+
+    def bind_queue(self, waiting: Callable[[], int], max_batch: int) -> None:
+        self._waiting, self.max_batch = waiting, int(max_batch)
+
+    def predict(self, i: int, now: float) -> float:
+        if self._waiting is None:
+            raise DataError(f"predictor {self.name}: no queue bound (the simulator binds it)")
+        beta = tie_beta(self._waiting() + 1, self.max_batch)
+        self.betas.append(beta)
+        return float(self.mean[i] + beta * self.tail[i])
+
+    def on_complete(self, i: int, length: int, now: float) -> None:
+        pass
 
 
 class CallablePredictor:

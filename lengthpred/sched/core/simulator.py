@@ -234,6 +234,8 @@ def simulate(
     running = make_runset(policy, (rq.admit_step, rq.steps_done, rq.tokens_done, sv.rate, rq.n_preempt),
                           sv.arrival, aging, sv.limit, sv.max_batch)
     st = SimState(running)
+    if getattr(predictor, "reads_queue", False):  # a key set from the waiting queue when predicted (TIE's β)
+        predictor.bind_queue(lambda: len(st.waiting), profile.max_batch)
 
     while True:
         st.n_events += 1

@@ -48,7 +48,7 @@ from lengthpred.errors import ConfigError
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.sched.core.metrics import latency_cdf, summarize, t_interval  # noqa: F401  (re-exported)
 from lengthpred.sched.core.policies import make_policy
-from lengthpred.sched.core.predictors import ArrayPredictor, OnlineScaledPredictor
+from lengthpred.sched.core.predictors import ArrayPredictor, OnlineScaledPredictor, QueueTIEPredictor
 from lengthpred.sched.core.simulator import simulate
 from lengthpred.sched.core.workload import Workload, capacity, scale_to_rate
 from lengthpred.sched.sweep.pool import (
@@ -188,6 +188,8 @@ def _predictor(source: LengthSource, name: str, req: Requests, seed: int = 0) ->
         return ArrayPredictor(random_keys(len(source.output), req.idx, req.output, seed), name=name)
     if name.endswith("+online"):
         return OnlineScaledPredictor(source.preds[name[: -len("+online")]][req.idx], name=name)
+    if name in source.tails:
+        return QueueTIEPredictor(source.preds[name][req.idx], source.tails[name][req.idx], name=name)
     return ArrayPredictor(source.preds[name][req.idx], name=name)
 
 

@@ -56,6 +56,8 @@ class LengthSource:
     preds: dict[str, np.ndarray] = field(default_factory=dict)  # predictor → [m] predicted tokens
     arrival: np.ndarray | None = None  # [m] trace timestamps (s), when the source is a trace
     samples: Sequence[Sequence[int]] | None = None  # [m] ragged: each prompt's sampled lengths
+    tails: dict[str, np.ndarray] = field(default_factory=dict)  # predictor → [m] CVaR_0.9: `preds` holds its E,
+    # and the request's key is TIE's E + β·CVaR with β from the queue when it is predicted (QueueTIEPredictor)
     expected: np.ndarray | None = field(init=False, default=None)  # [m] float: mean of all of an entry's samples
     # (the prompt's expected length, T1's target); the mean-oracle's key is `loo_mean`, without the own sample
     _flat: np.ndarray | None = field(init=False, default=None, repr=False)  # [sum count] samples, entry-major
@@ -72,6 +74,9 @@ class LengthSource:
         for k, v in self.preds.items():
             if len(v) != m or not np.all(np.isfinite(v)):
                 raise DataError(f"length source {self.name}: predictor {k} has {len(v)} finite values, need {m}")
+        for k, v in self.tails.items():
+            if k not in self.preds or len(v) != m or not np.all(np.isfinite(v)):
+                raise DataError(f"length source {self.name}: tail {k} needs a predictor of that name and {m} finite values")
         if self.samples is not None:
             if len(self.samples) != m:
                 raise DataError(f"length source {self.name}: samples for {len(self.samples)} of {m} requests")
