@@ -101,11 +101,17 @@ def labeled_set(
         domains=[str(r.get("domain", "")) for r in recs],
         n_prompt_tokens=n_tok,
     )
+    lengths = capped = None
+    if "lengths" in t.columns and "finish_reasons" in t.columns:  # every sample, for heads that fit on samples
+        lengths = [np.asarray(v, dtype=np.float64) for v in t["lengths"]]
+        capped = [np.asarray([r == "length" for r in v], dtype=bool) for v in t["finish_reasons"]]
     return LabeledSet(
         inputs,
         t["y"].to_numpy(dtype=np.float64),
         n_samples=t["n_samples"].to_numpy(),
         capped_frac=t["capped_frac"].to_numpy(dtype=np.float64),
+        sample_lengths=lengths,
+        sample_capped=capped,
     )
 
 

@@ -70,9 +70,18 @@ class LabeledSet:
     n_samples: np.ndarray | None = None
     capped_frac: np.ndarray | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    sample_lengths: list[np.ndarray] | None = None  # per prompt: every sampled length (a capped one at the cap)
+    sample_capped: list[np.ndarray] | None = None  # per prompt: which of them hit the cap (right-censored)
 
     def __len__(self) -> int:
         return len(self.inputs)
+
+    def long(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(prompt row of each sample, its length, capped): every sampled length a row (`fits_samples` heads)."""
+        if self.sample_lengths is None or self.sample_capped is None:
+            raise DataError("this labeled set carries no per-sample lengths (targets without `lengths`)")
+        rows = np.repeat(np.arange(len(self)), [len(v) for v in self.sample_lengths])
+        return rows, np.concatenate(self.sample_lengths).astype(np.float64), np.concatenate(self.sample_capped).astype(bool)
 
 
 class NoDistributionError(ModelError):
@@ -119,6 +128,7 @@ class BaseHead(RegressorMixin, BaseEstimator):
     input_kind: ClassVar[InputKind] = "features"
     name: ClassVar[str] = ""
     predicts_distribution: ClassVar[bool] = False  # True where `predict_dist` is implemented
+    fits_samples: ClassVar[bool] = False  # fit(X, y, censored) on every sampled length, a capped one censored
 
     # -- distributions -----------------------------------------------------------------------------
     def predict_dist(self, X: Any) -> LengthDistribution:

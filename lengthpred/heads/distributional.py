@@ -61,6 +61,7 @@ class _LogReadout(BaseHead):
 
     input_kind = "features"
     predicts_distribution = True
+    fits_samples = True  # trained on every sampled length (scripts/train.py too), a capped one censored
 
     def _start(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
         """(standardised X, log1p y, ridge alpha, naive residual sd), after checking y ≥ 0."""

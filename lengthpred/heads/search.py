@@ -106,7 +106,8 @@ def subset(data: LabeledSet, idx: Sequence[int]) -> LabeledSet:
         return np.asarray(v)[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx]
 
     inputs = HeadInput(**{f.name: take(getattr(data.inputs, f.name)) for f in dataclasses.fields(HeadInput)})
-    return LabeledSet(inputs, take(np.asarray(data.y)), take(data.n_samples), take(data.capped_frac))
+    return LabeledSet(inputs, take(np.asarray(data.y)), take(data.n_samples), take(data.capped_frac),
+                      sample_lengths=take(data.sample_lengths), sample_capped=take(data.sample_capped))
 
 
 def search_rows(n: int, settings: SearchSettings) -> list[int] | None:

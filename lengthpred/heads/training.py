@@ -196,6 +196,26 @@ def _n_capped(data: LabeledSet | None) -> int:
     return int(np.sum(np.asarray(data.capped_frac) > 0))
 
 
+QUANTILE_COLUMNS = {0.1: "y_q10", 0.5: "y_q50", 0.9: "y_q90"}  # distributional heads' quantiles in predictions
+
+
+def fit_head(head: BaseHead, x: Any, data: LabeledSet) -> BaseHead:
+    """`head.fit(x, data.y)`; a head that `fits_samples` is fitted on every sampled length instead (a row per
+    sample, a capped one right-censored) when the set carries them (targets with lengths and finish reasons)."""
+    if type(head).fits_samples and data.sample_lengths is not None:
+        rows, y, capped = data.long()
+        return head.fit(np.asarray(x)[rows], y, censored=capped)
+    return head.fit(x, data.y)
+
+
+def quantile_columns(head: BaseHead, x: Any) -> dict[str, np.ndarray]:
+    """The q0.1 / q0.5 / q0.9 columns of a distributional head's predictions (none for a point head)."""
+    if not type(head).predicts_distribution:
+        return {}
+    q = head.predict_quantiles(x, list(QUANTILE_COLUMNS))
+    return {c: q[:, k] for k, c in enumerate(QUANTILE_COLUMNS.values())}
+
+
 def _fit_selected(
     head_name: str,
     params: dict[str, Any],
@@ -215,7 +235,7 @@ def _fit_selected(
     records: list[dict[str, Any]] = []
     for cand in candidates if use_val else candidates[:1]:
         t0 = time.perf_counter()
-        head = build_head(head_name, **(params | cand)).fit(x_train, fit_set.y)
+        head = fit_head(build_head(head_name, **(params | cand)), x_train, fit_set)
         if not use_val:
             return math.nan, head, cand, records
         assert val is not None
@@ -227,7 +247,7 @@ def _fit_selected(
             best = (rho, head, cand)
     assert best is not None
     if rows is not None:  # searched on a subsample: the chosen candidate is refitted on all train prompts
-        head = build_head(head_name, **(params | best[2])).fit(train.inputs.x_for(kind), train.y)
+        head = fit_head(build_head(head_name, **(params | best[2])), train.inputs.x_for(kind), train)
         rho = score(val.y, head.predict(val.inputs.x_for(kind)))["spearman"]
         best = (-math.inf if rho is None else rho, head, best[2])
     return (*best, records)
@@ -311,7 +331,9 @@ def run_training(
         "n_capped": _n_capped(train) + _n_capped(val) + _n_capped(test),
         "n_capped_train": _n_capped(train),
         "n_capped_test": _n_capped(test),
-        "censoring": "capped samples count as the cap (lower bound)",
+        "censoring": ("every sampled length a row, a capped one right-censored at the cap"
+                      if klass.fits_samples and train.sample_lengths is not None
+                      else "capped samples count as the cap (lower bound)"),
         "params": head.get_params(),
         "selected": chosen,
         "val_spearman": val_rho if math.isfinite(val_rho) else None,
@@ -324,13 +346,14 @@ def run_training(
     if len(fits) > 1:
         metrics |= _seed_summary(test.y, fits)
         seed_preds = [f[3] for f in fits]
-    frame = predictions_frame(label or head_name, split, test, y_pred, seed_preds)
+    frame = predictions_frame(label or head_name, split, test, y_pred, seed_preds).assign(
+        **quantile_columns(head, x_test))
     if val_rows:
         assert val is not None and val_split is not None
         x_val = val.inputs.x_for(klass.input_kind)
         val_preds = [f[1].predict_points(x_val) for f in fits]
         val_frame = predictions_frame(label or head_name, val_split, val, val_preds[0], val_preds if len(fits) > 1 else ())
-        frame = pd.concat([frame, val_frame], ignore_index=True)
+        frame = pd.concat([frame, val_frame.assign(**quantile_columns(head, x_val))], ignore_index=True)
     return head, metrics, frame
 
 
