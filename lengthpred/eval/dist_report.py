@@ -121,3 +121,46 @@ def adapt_markdown(curves: pd.DataFrame) -> str:
               "|---|" + "---:|" * len(per.columns)]
     lines += [f"| {t} | " + " | ".join(f"{v:.1f}" for v in r) + " |" for t, r in per.iterrows()]
     return "\n".join(lines)
+
+
+def t3_adapt_markdown(curves: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> str:
+    """T3's streams: CRPS against labels seen (mean over pairs and stream seeds, then targets), and per target
+    after its whole stream the differences that matter, with 95% bootstrap intervals over the target's test
+    prompts (each prompt's CRPS averaged over the target's pairs and seeds first; `all` averages the targets,
+    resampling each target's prompts)."""
+    run = curves[curves["labels"] >= 0]
+    n_pairs, n_seeds = run["pair"].nunique(), run["seed"].nunique()
+    per_target = run.groupby(["target", "labels", "model"])["crps"].mean()
+    wide = per_target.groupby(["labels", "model"]).mean().unstack("model")
+    lines = [f"### Online on T3's streams: CRPS on each target's test prompts as its completions stream in ({n_pairs} "
+             f"pairs × {n_seeds} stream seeds; mean over a target's pairs and seeds, then over targets)", "",
+             "| labels seen | " + " | ".join(wide.columns) + " |", "|---:|" + "---:|" * len(wide.columns)]
+    for n, r in wide.iterrows():
+        if n == wide.index.min() or n == wide.index.max() or n in (40, 80, 160, 320):
+            lines.append(f"| {n} | " + " | ".join(f"{v:.1f}" for v in r) + " |")
+    final = curves[curves["labels"] < 0].groupby(["target", "prompt", "model"])["crps"].mean().unstack("model")
+    pairs = [("censored_rls", "static"), ("rls_cap_as_value", "static"), ("censored_rls", "rls_cap_as_value")]
+    rng = np.random.default_rng(seed)
+    draws: dict[str, list[np.ndarray]] = {}
+    lines += ["", "| target (after its whole stream) | " + " | ".join(final.columns) + " | "
+              + " | ".join(f"{a} − {b} [95% CI]" for a, b in pairs) + " |",
+              "|---|" + "---:|" * (len(final.columns) + len(pairs))]
+
+    def row(name: str, means: pd.Series, diffs: list[tuple[float, np.ndarray]]) -> str:
+        cells = [f"{v:.1f}" for v in means] + [f"{d:+.1f} [{np.quantile(b, 0.025):+.1f}, {np.quantile(b, 0.975):+.1f}]"
+                                                for d, b in diffs]
+        return f"| {name} | " + " | ".join(cells) + " |"
+
+    for t, block in final.groupby(level="target"):
+        idx = rng.integers(0, len(block), size=(n_boot, len(block)))
+        diffs = []
+        for a, b in pairs:
+            d = (block[a] - block[b]).to_numpy(float)
+            boot = d[idx].mean(axis=1)
+            draws.setdefault(f"{a}-{b}", []).append(boot)
+            diffs.append((float(d.mean()), boot))
+        lines.append(row(str(t), block.mean(), diffs))
+    by_target = final.groupby(level="target").mean()
+    lines.append(row("all", by_target.mean(), [(float((by_target[a] - by_target[b]).mean()),
+                                                np.mean(draws[f"{a}-{b}"], axis=0)) for a, b in pairs]))
+    return "\n".join(lines)

@@ -20,8 +20,9 @@ bootstrap over prompts, and the paired CRPS difference against a reference head)
   ensemble is coarse (its intervals cannot be calibrated), so a second row (`ceiling_fair`) gives their fair CRPS (Ferro
   2014), the unbiased estimate of the CRPS of the prompt's own length distribution: the ceiling.
 
-`adaptation_curve` streams completions into `CensoredRLS` (lengthpred.online.censored) and plain RLS and
-scores CRPS on held-out prompts as labels arrive.
+`adaptation_curve` / `stream_curve` stream completions into `CensoredRLS` (lengthpred.online.censored) and
+plain RLS and score CRPS on held-out prompts as labels arrive (`stream_curve` in a given order: T3's streams,
+lengthpred.stages.dist).
 
 `recap_check` is the known-truth setting: the samples re-capped at a shorter cap (256) for fitting, the
 test samples kept at the trace's cap (512); what the re-capped fits say about lengths between the two
@@ -255,33 +256,50 @@ __all__ = ["ALL_HEADS", "CEILING_FAIR", "LABELS", "DistSplit", "adaptation_curve
 def adaptation_curve(source: DistSplit, stream: DistSplit, test: DistSplit, *, every: int = 40,
                      forgetting: float = 1.0, seed: int = 0) -> pd.DataFrame:
     """CRPS on `test` as a stream of completions arrives (one random sample per stream prompt, shuffled: a
-    served request reveals one sampled length, capped or not). Rows per labels seen: `static` (the censored
-    head fitted on `source`), `censored_rls` (`CensoredRLS` from it: capped completions as censored),
-    `rls_cap_as_value` (the ridge readout continued by plain RLS on capped-as-value lengths, with the naive
-    log-normal's σ)."""
+    served request reveals one sampled length, capped or not); `stream_curve` does the rest."""
     rng = np.random.default_rng(seed)
+    picks = []
+    for r in rng.permutation(len(stream.X)):
+        idx = np.flatnonzero(stream.obs.row == r)
+        picks.append(int(rng.choice(idx)))
+    p = np.array(picks, dtype=np.int64)
+    return stream_curve(source, stream.X[stream.obs.row[p]], stream.obs.length[p], stream.obs.capped[p], test,
+                        every=every, forgetting=forgetting)
+
+
+def stream_curve(source: DistSplit, X: np.ndarray, length: np.ndarray, capped: np.ndarray, test: DistSplit, *,
+                 every: int = 40, forgetting: float = 1.0, per_prompt_final: bool = False) -> pd.DataFrame:
+    """CRPS on `test` as the completions (X[k], length[k], capped[k]) arrive in this order. Rows per labels
+    seen: `static` (the censored head fitted on `source`), `censored_rls` (`CensoredRLS` from it: capped
+    completions as censored), `rls_cap_as_value` (the ridge readout continued by plain RLS on capped-as-value
+    lengths, with the naive log-normal's σ). `per_prompt_final`: also each test prompt's CRPS after the
+    whole stream (rows with `labels` = -1 and a `prompt` column), for intervals over prompts."""
     Xs, ys, cs = source.long(), source.obs.length, source.obs.capped
     head = CensoredLogNormalHead().fit(Xs, ys, censored=cs)
     naive_sigma = float(np.exp(CensoredLogNormalHead(censoring="ignore").fit(Xs, ys).scale_intercept_))
     cens = CensoredRLS.from_censored_head(head, Xs, forgetting=forgetting)
     plain = RLSRegressor.from_linear_head(LinearHead(alpha=head.alpha_).fit(Xs, ys), Xs, forgetting=forgetting)
     static = head.predict_dist(test.X)
-    picks = []
-    for r in rng.permutation(len(stream.X)):
-        idx = np.flatnonzero(stream.obs.row == r)
-        picks.append(int(rng.choice(idx)))
-    rows = []
+    rows: list[dict[str, Any]] = []
+
+    def dists() -> tuple[tuple[str, LengthDistribution], ...]:
+        return (("static", static), ("censored_rls", cens.predict_dist(test.X)),
+                ("rls_cap_as_value", LogNormal(plain.predict_log(test.X), naive_sigma)))
 
     def score(n: int) -> None:
-        for name, d in (("static", static), ("censored_rls", cens.predict_dist(test.X)),
-                        ("rls_cap_as_value", LogNormal(plain.predict_log(test.X), naive_sigma))):
+        for name, d in dists():
             rows.append({"labels": n, "model": name, "crps": float(per_prompt(crps(d, test.obs), test.obs).mean())})
 
     score(0)
-    for k, i in enumerate(picks, start=1):
-        x = stream.X[stream.obs.row[i]][None, :]
-        cens.partial_fit(x, [stream.obs.length[i]], censored=[stream.obs.capped[i]])
-        plain.partial_fit(x, [stream.obs.length[i]])
-        if k % every == 0 or k == len(picks):
-            score(k)
+    n = len(length)
+    for k in range(n):
+        x = X[k][None, :]
+        cens.partial_fit(x, [length[k]], censored=[bool(capped[k])])
+        plain.partial_fit(x, [length[k]])
+        if (k + 1) % every == 0 or k + 1 == n:
+            score(k + 1)
+    if per_prompt_final:
+        for name, d in dists():
+            v = per_prompt(crps(d, test.obs), test.obs)
+            rows += [{"labels": -1, "model": name, "crps": float(c), "prompt": int(j)} for j, c in enumerate(v)]
     return pd.DataFrame(rows)

@@ -18,8 +18,8 @@ import pandas as pd
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.distributions import Observations, from_trace
 from lengthpred.errors import ConfigError
-from lengthpred.eval.dist_report import adapt_markdown, pit_figure, render
-from lengthpred.eval.dist_sched import run_uncertainty_sched, sched_markdown, uncertainty_keys
+from lengthpred.eval.dist_report import adapt_markdown, pit_figure, render, t3_adapt_markdown
+from lengthpred.eval.dist_sched import queue_tie_keys, run_uncertainty_sched, sched_markdown, uncertainty_keys
 from lengthpred.eval.distributional import (
     ALL_HEADS,
     DistSplit,
@@ -28,13 +28,17 @@ from lengthpred.eval.distributional import (
     pit_table,
     recap_check,
     score_table,
+    stream_curve,
     synthetic_check,
 )
 from lengthpred.heads.assemble import indomain_ids
 from lengthpred.names import FeatureKey
+from lengthpred.online.experiment import stream_seeds
+from lengthpred.online.pairs import pair_stream, select_pairs
 from lengthpred.stages.features import ensure_features
 from lengthpred.stages.locations import reference_path
-from lengthpred.targets import read_reference
+from lengthpred.stages.targets import load_targets
+from lengthpred.targets import read_reference, target_frame
 
 FEATURES = ("hs", "trace")
 
@@ -78,6 +82,57 @@ def adaptation_by_domain(parts: dict[str, DistSplit], ids: dict[str, list[str]],
             np.concatenate([tr.obs.capped, va.obs.capped]), tr.obs.cap))
         curve = adaptation_curve(source, stream, sub("test", bool), every=every, forgetting=forgetting, seed=seed)
         frames.append(curve.assign(target=t))
+    return pd.concat(frames, ignore_index=True)
+
+
+def sample_observations(targets: pd.DataFrame, ids: list[str], cap: float) -> Observations:
+    """Every sampled length of `ids` (rows in that order), a capped one (finish reason "length") censored."""
+    row, length, capped = [], [], []
+    for k, i in enumerate(ids):
+        for n, reason in zip(targets.at[i, "lengths"], targets.at[i, "finish_reasons"], strict=True):
+            row.append(k)
+            length.append(min(float(n), cap))
+            capped.append(reason == "length")
+    return Observations(np.array(row, dtype=np.int64), np.array(length), np.array(capped, dtype=bool), cap)
+
+
+def adaptation_on_t3_streams(cfg: Any, features: dict[str, np.ndarray], cap: float, *, every: int, forgetting: float,
+                             log: Any = print) -> pd.DataFrame:
+    """T3's own streams (`lengthpred.online.pairs.pair_stream`, settings from `cfg.online`): every cross pair of
+    splits.json, the censored head fitted on the pair's source prompts (every sample), the target's train + val
+    prompts streamed in T3's arrival order revealing T3's sample of each (a capped one censored for
+    `censored_rls`), CRPS on the pair's test prompts; for each of T3's stream seeds. Labels are learned in
+    arrival order (T3 learns them as requests complete, at most a few places later)."""
+    oc = cfg.online
+    splits = load_splits(cfg.data)
+    targets = target_frame(load_targets(cfg))
+    if "finish_reasons" not in targets.columns:
+        raise ConfigError("distribution.adapt: the targets record no finish reasons (no cap known)")
+    pairs = select_pairs(splits.get("cross", []), list(oc.pairs) if oc.get("pairs") else None)
+    seeds = stream_seeds(oc.stream_seeds, int(cfg.seed))
+
+    def rows(ids: list[str]) -> np.ndarray:
+        missing = [i for i in ids if i not in features]
+        if missing:
+            raise ConfigError(f"distribution.adapt: {len(missing)} streamed prompts have no feature row")
+        return np.stack([features[i] for i in ids])
+
+    frames = []
+    for pair in pairs:
+        src_ids = [str(i) for i in pair["train"] if str(i) in targets.index]
+        source = DistSplit(rows(src_ids), sample_observations(targets, src_ids, cap))
+        for sd in seeds:
+            ps = pair_stream(pair, splits["indomain"], rows, targets, stream_parts=list(oc.stream_parts),
+                             val_part=oc.val_part, seed=sd)
+            test_ids = list(ps.data.ids_test)
+            test = DistSplit(ps.data.X_test, sample_observations(targets, test_ids, cap))
+            curve = stream_curve(source, ps.data.X_stream, np.minimum(ps.labels.y, cap), ps.labels.capped, test,
+                                 every=every, forgetting=forgetting, per_prompt_final=True)
+            final = curve["labels"] < 0  # per-prompt rows: the prompt's id, so a target's pairs average per prompt
+            curve["prompt"] = [test_ids[int(j)] if f else "" for j, f in zip(curve["prompt"].fillna(0), final,
+                                                                             strict=True)]
+            frames.append(curve.assign(pair=ps.name, source=ps.source, target=ps.target, seed=sd))
+        log(f"[dist] T3 stream {pair['name']}: {len(seeds)} seeds")
     return pd.concat(frames, ignore_index=True)
 
 
@@ -125,14 +180,18 @@ def run_dist(cfg: Any, out_dir: str | Path, log: Any = print) -> dict[str, pd.Da
             raise ConfigError(f"distribution.sched.heads need {missing} among distribution.heads")
         test = parts["test"]
         keys = {"linear": dists["linear_point"].mean(cap=test.obs.cap)}
+        tails: dict[str, np.ndarray] = {}
         for h in sc.heads:
             keys |= uncertainty_keys(h, dists[h], test.obs.cap, float(sc.beta))
+            k, t = queue_tie_keys(h, dists[h], test.obs.cap)
+            keys |= k
+            tails |= t
         samples = [test.obs.length[test.obs.row == r].astype(int).tolist() for r in range(len(test.X))]
         tokens = rows.groupby(rows["id"].astype(str))["prompt_tokens"].first().loc[ids["test"]].to_numpy(float)
         log("[dist] simulating the schedulers")
         summary, gain = run_uncertainty_sched(samples, tokens, keys, hardware=str(sc.hardware),
                                               loads=[float(x) for x in sc.loads], seeds=[int(x) for x in sc.seeds],
-                                              n_requests=int(sc.n_requests),
+                                              n_requests=int(sc.n_requests), tails=tails,
                                               lower_bounds=["linear", *(f"{h}:q0.1" for h in sc.heads)])
         summary.to_csv(out / "dist_sched.csv", index=False)
         gain.to_csv(out / "dist_sched_gains.csv", index=False)
@@ -146,11 +205,20 @@ def run_dist(cfg: Any, out_dir: str | Path, log: Any = print) -> dict[str, pd.Da
     if ad is not None and bool(ad.enabled) and n_domains < 2:
         log("[dist] distribution.adapt skipped: leaving one domain out needs at least 2 domains")
     elif ad is not None and bool(ad.enabled):
-        log("[dist] streaming completions per target domain")
-        curves = adaptation_by_domain(parts, ids, {r["id"]: r["domain"] for r in prompts}, every=int(ad.every),
-                                      forgetting=float(ad.forgetting), seed=seed)
+        streams = str(ad.get("streams", "t3"))
+        if streams == "t3":
+            log("[dist] streaming T3's pairs")
+            curves = adaptation_on_t3_streams(cfg, dict(zip(every, X_all, strict=True)), parts["test"].obs.cap,
+                                              every=int(ad.every), forgetting=float(ad.forgetting), log=log)
+            adapt_md = t3_adapt_markdown(curves, n_boot=int(d.n_boot), seed=seed)
+        elif streams == "lodo":
+            log("[dist] streaming completions per target domain")
+            curves = adaptation_by_domain(parts, ids, {r["id"]: r["domain"] for r in prompts}, every=int(ad.every),
+                                          forgetting=float(ad.forgetting), seed=seed)
+            adapt_md = adapt_markdown(curves)
+        else:
+            raise ConfigError(f"distribution.adapt.streams={streams!r}; valid: t3, lodo")
         curves.to_csv(out / "dist_adapt.csv", index=False)
-        adapt_md = adapt_markdown(curves)
         result["adapt"] = curves
     (out / "dist.md").write_text(render(scores, recap, synth, info) + "".join(
         "\n\n" + m for m in (sched_md, adapt_md) if m) + "\n")
