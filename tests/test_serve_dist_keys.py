@@ -78,13 +78,67 @@ def test_a_non_finite_key_stops_the_run_in_one_line():
         pred.predict_row(_requests(1)[0], np.zeros(4))
 
 
+class _RowsByLength:
+    """A stand-in featurizer: a prompt's row from its token count (what `dist_keys` reads through `cached`)."""
+
+    def cached(self, ids, tokens):
+        return {i: np.array([np.log1p(len(t)), np.sin(len(t)), 1.0 + (len(t) % 7) / 7]) for i, t in
+                zip(ids, tokens, strict=True)}
+
+
+@pytest.mark.integration
+@pytest.mark.datasets
+def test_dist_keys_fit_on_every_demo_sample_and_tie_adds_its_weighted_tail(demo_splits_dir):
+    from hydra.utils import instantiate
+
+    from lengthpred.data import load_prompts, load_splits
+    from lengthpred.models import load_tokenizer
+    from lengthpred.stages.targets import load_targets
+
+    cfg = compose_cfg([f"data.out_dir={demo_splits_dir}", "serve.policies=[sjf-dist,sjf-tie]"])
+    prompts, splits = load_prompts(cfg.data), load_splits(cfg.data)
+    targets = load_targets(cfg, prompts=prompts)
+    tok = load_tokenizer(instantiate(cfg.model))
+    keys = setup.dist_keys(cfg, _RowsByLength(), prompts, splits, targets, tok)
+    assert keys["sjf-dist"][0] == "censored_hetero:mean+engine" and keys["sjf-tie"][0] == "censored_hetero:tie0.5+engine"
+    rows = np.array([[np.log1p(n), np.sin(n), 1.0 + (n % 7) / 7] for n in (30, 120, 400, 900)])
+    mean = np.array([keys["sjf-dist"][1](r[None, :]) for r in rows])
+    tie = np.array([keys["sjf-tie"][1](r[None, :]) for r in rows])
+    assert ((mean > 0) & (mean <= 512)).all() and (tie > mean).all() and (tie - mean <= 0.5 * 512 + 1e-9).all()
+    cfg.serve.predictor.dist.beta = 0.0
+    keys0 = setup.dist_keys(cfg, _RowsByLength(), prompts, splits, targets, tok)
+    np.testing.assert_allclose([keys0["sjf-tie"][1](r[None, :]) for r in rows], mean)
+
+
 @pytest.mark.parametrize("overrides,match", [
     (["serve.policies=[sjf-dist,sjf-tie]", "serve.predictor.source=worker"], "source=engine"),
     (["serve.policies=[sjf-tie]", "serve.predictor.kind=stored"], "kind=rls"),
     (["serve.policies=[sjf-tie]", "serve.predictor.dist.beta=-1"], "finite number >= 0"),
     (["serve.policies=[sjf-tie]", "serve.predictor.dist.scale=wide"], "valid: shared, linear"),
+    (["serve.policies=[sjf-tie]", "serve.predictor.dist.beta=high"], "finite number >= 0"),
 ])
 def test_bad_distributional_serving_settings_fail_in_one_line(overrides, match):
     with pytest.raises(ConfigError, match=match) as e:
         setup.settings_from_cfg(compose_cfg(overrides))
     assert "\n" not in str(e.value)
+
+
+def test_starvation_replays_the_point_readouts_predictions_never_another_key():
+    import pandas as pd
+
+    from lengthpred.serve.starvation import compare
+
+    rng = np.random.default_rng(1)
+    n = 30
+    base = pd.DataFrame({"load": 0.9, "seed": 0, "rid": [f"r-{k}" for k in range(n)], "status": "finished",
+                         "arrival": np.sort(rng.uniform(0, 3, n)), "prompt_tokens": rng.integers(10, 200, n),
+                         "target_tokens": rng.integers(1, 120, n)})
+    point = rng.uniform(1, 120, n)
+    frames = [base.assign(policy="fcfs", predictor="none", prediction=np.nan),
+              base.assign(policy="sjf-tie", predictor="k:tie", prediction=1000 - point),  # another key, reversed
+              base.assign(policy="sjf", predictor="rls", prediction=point)]
+    pols = [("sjf", "sjf", {})]
+    mixed = compare(pd.concat(frames, ignore_index=True), PROF, pols)
+    alone = compare(pd.concat([frames[0], frames[2]], ignore_index=True), PROF, pols)
+    pd.testing.assert_frame_equal(mixed, alone)
+    assert compare(pd.concat(frames[:2], ignore_index=True), PROF, pols).empty  # no point readout: no SJF row

@@ -20,8 +20,8 @@ that can (`reprioritize`: the fake engine, and vLLM in-process, whose waiting he
 
 `sjf-dist` and `sjf-tie` (issue 26) order by two keys of one distributional head read from the engine's own
 prefill (`lengthpred.serve.predictor.DistEngineReadout`), so sjf-tie − sjf-dist is what knowing the
-uncertainty buys on the same head; β is fixed per run (TIE moves it with the queue: the simulator's `sjf-tie`
-policy, `lengthpred.sched.core.policies.TIESJF`).
+uncertainty buys on the same head; β is fixed per run (TIE sets it from the queue when a request is predicted:
+the simulator's `<head>:tie-queue` key, `lengthpred.sched.core.predictors.QueueTIEPredictor`).
 
 `fcfs-pf` is the baseline that separates the two things an in-engine readout changes: it serves every
 request in the same two phases (the prefill ahead of every decode, then the decode keeps its slot or yields:

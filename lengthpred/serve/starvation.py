@@ -38,6 +38,8 @@ def starvation_policies(weights: Sequence[float]) -> list[tuple[str, str, dict[s
     return out
 
 
+POINT_POLICIES = ("sjf", "sjf-aging")  # the runs whose predictions the starvation replays read
+
 def _index(r: pd.DataFrame) -> pd.Series:
     return r["rid"].astype(str).str.rsplit("-", n=1).str[-1].astype(int)
 
@@ -53,7 +55,10 @@ def compare(requests: pd.DataFrame, profile: HardwareProfile, policies: Sequence
             continue
         base = base.assign(_k=_index(base)).sort_values("_k")
         base = base[(base["status"] != "rejected").to_numpy()]
-        pr = g[~g["predictor"].isin([NO_PREDICTOR, CLAIRVOYANT]) & g["prediction"].notna()]
+        # the point readout's predictions (sjf, sjf-aging), never another key (sjf-dist / sjf-tie's, on a
+        # different scale)
+        pr = g[g["policy"].isin(POINT_POLICIES) & ~g["predictor"].isin([NO_PREDICTOR, CLAIRVOYANT])
+               & g["prediction"].notna()]
         pred = pr.assign(_k=_index(pr)).groupby("_k")["prediction"].first() if len(pr) else None
         order = np.argsort(base["arrival"].to_numpy(float), kind="stable")
         b = base.iloc[order]

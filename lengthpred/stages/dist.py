@@ -109,6 +109,9 @@ def adaptation_on_t3_streams(cfg: Any, features: dict[str, np.ndarray], cap: flo
     if "finish_reasons" not in targets.columns:
         raise ConfigError("distribution.adapt: the targets record no finish reasons (no cap known)")
     pairs = select_pairs(splits.get("cross", []), list(oc.pairs) if oc.get("pairs") else None)
+    if not pairs or "indomain" not in splits:
+        raise ConfigError("distribution.adapt.streams=t3: splits.json has no cross-domain pairs to stream; "
+                          "use distribution.adapt.streams=lodo")
     seeds = stream_seeds(oc.stream_seeds, int(cfg.seed))
 
     def rows(ids: list[str]) -> np.ndarray:

@@ -338,7 +338,11 @@ def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, 
 def dist_settings(sc: Any) -> tuple[str, float]:
     """(`serve.predictor.dist.scale`, `.beta`), checked: scale shared | linear, beta a finite number >= 0."""
     d = sc.predictor.get("dist") or {}
-    scale, beta = str(d.get("scale", "linear")), float(d.get("beta", 0.5))
+    scale = str(d.get("scale", "linear"))
+    try:
+        beta = float(d.get("beta", 0.5))
+    except (TypeError, ValueError):
+        raise ConfigError(f"serve.predictor.dist.beta={d.get('beta')!r}: need a finite number >= 0") from None
     if scale not in ("shared", "linear"):
         raise ConfigError(f"serve.predictor.dist.scale={scale!r}; valid: shared, linear")
     if not np.isfinite(beta) or beta < 0:
@@ -367,6 +371,8 @@ def dist_keys(cfg: DictConfig, featurize: CachedFeaturizer, prompts: Any, splits
             cens.append(reason == "length")
     head = CensoredLogNormalHead(scale=scale, alphas=list(pc.alphas)).fit(np.stack(X), np.array(y), censored=cens)
     cap = head.cap_ if np.isfinite(head.cap_) else float(cfg.generate.max_new_tokens)
+    if cfg.serve.length_cap:  # the replayed answers are cut there too
+        cap = min(cap, float(cfg.serve.length_cap))
     name = "censored_hetero" if scale == "linear" else "censored_lognormal"
     log.info("distributional readout %s fitted on %d samples of %d %s prompts (%.0f%% capped at %g)", name, len(y),
              len(ids), pc.fit_split, 100 * float(np.mean(cens)), cap)
