@@ -18,6 +18,7 @@ import pandas as pd
 from lengthpred.decode.readout import design, fit_selected, mean_spearman_at
 from lengthpred.decode.store import DecodeSet
 from lengthpred.errors import DataError
+from lengthpred.names import rls_name
 from lengthpred.online.rls import RLSRegressor
 
 
@@ -44,7 +45,7 @@ def adaptation(ds: DecodeSet, source: Mapping[str, Sequence[str]], stream: Seque
     lin, _, _ = fit_selected("linear", {}, {"alpha": list(alphas)}, (Xtr, y[tr]),
                              lambda h: mean_spearman_at(y[va], h.predict(Xva), ds.t[va], at))
     heads = {"frozen": RLSRegressor(alpha=lin.alpha_).fit(Xtr, y[tr])}
-    heads |= {f"rls@{lam:g}": RLSRegressor(alpha=lin.alpha_, forgetting=lam).fit(Xtr, y[tr]) for lam in forgetting}
+    heads |= {rls_name(lam): RLSRegressor(alpha=lin.alpha_, forgetting=lam).fit(Xtr, y[tr]) for lam in forgetting}
     order = [pid for pid in np.random.default_rng(seed).permutation(sorted(stream)) if len(_rows(ds, [pid]))]
     out = []
     for n in range(len(order) + 1):

@@ -20,12 +20,13 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLoca
 
 from lengthpred.artefacts import CURVES, STREAM_CURVES  # noqa: E402
 from lengthpred.figures import MAX_SERIES  # noqa: E402
+from lengthpred.names import SELECTED_RLS  # noqa: E402
 
 _PNG_META = {"Software": None}  # no software/date stamp: same inputs, same bytes
 _TICKS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 _FINE = tuple(m * 10**e for e in range(5) for m in (1, 1.5, 2, 3, 5, 7))
 # per-pair panels: these heads, in this order (tab10 colours by position, so none repeats in a panel)
-PAIR_HEADS = ("static", "rls@val", "sgd", "window", "oracle_refit", "indomain")
+PAIR_HEADS = ("static", SELECTED_RLS, "sgd", "window", "oracle_refit", "indomain")
 
 
 def _colors(n: int) -> list:
@@ -95,7 +96,7 @@ def plot_delta_summary(
     stream_curves: pd.DataFrame,
     test_curves: pd.DataFrame,
     path: str | Path,
-    heads: Sequence[tuple[str, str]] = (("rls@val", "RLS, λ chosen on validation"),),
+    heads: Sequence[tuple[str, str]] = ((SELECTED_RLS, "RLS, λ chosen on validation"),),
 ) -> Path | None:
     """Median and inter-quartile band over pairs of ΔSpearman (head − static) against labels seen:
     in-stream (the main curve: predictions at arrival, scored on the revealed length) and on the held-out
@@ -139,7 +140,7 @@ def _test_delta(test_curves: pd.DataFrame, head: str, baseline: str = "static") 
     return d
 
 
-def plot_delta_grid(stream_curves: pd.DataFrame, path: str | Path, head: str = "rls@val") -> Path | None:
+def plot_delta_grid(stream_curves: pd.DataFrame, path: str | Path, head: str = SELECTED_RLS) -> Path | None:
     """One panel per target: in-stream ΔSpearman (head − static) vs labels seen, one line per source."""
     sc = stream_curves[stream_curves["head"] == head]
     if sc.empty:
@@ -238,7 +239,7 @@ def plot_gain_vs_shift(gains: pd.DataFrame, head: str, path: str | Path) -> Path
     return _save(fig, path)
 
 
-def adaptation_figures(run_dir: str | Path, out_dir: str | Path, head: str = "rls@val") -> dict[str, Path]:
+def adaptation_figures(run_dir: str | Path, out_dir: str | Path, head: str = SELECTED_RLS) -> dict[str, Path]:
     """The summary figure and the per-target grid from an online run's stream_curves.csv and curves.csv."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     sc = pd.read_csv(run_dir / STREAM_CURVES)
