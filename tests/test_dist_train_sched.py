@@ -146,11 +146,14 @@ def test_censored_readout_streams_t3s_pairs_on_the_demo_trace(demo_splits_dir):
 
     cfg = compose_cfg([f"data.out_dir={demo_splits_dir}", "distribution.features=trace", "online.stream_seeds=2",
                        "online.pairs=['math->chat','code->chat']"])
-    rows, _ = read_reference(reference_path(cfg))
+    rows, meta = read_reference(reference_path(cfg))
     prompts = load_prompts(cfg.data)
     ids = [i for part in indomain_ids(load_splits(cfg.data)).values() for i in part]
     X, _ = feature_matrix(cfg, prompts, rows, ids)
-    curves = adaptation_on_t3_streams(cfg, dict(zip(ids, X, strict=True)), 512.0, every=40, forgetting=1.0,
+    from lengthpred.distributions import from_trace
+
+    curves = adaptation_on_t3_streams(cfg, dict(zip(ids, X, strict=True)), lambda i: from_trace(rows, meta, i),
+                                      every=40, forgetting=1.0,
                                       log=lambda _: None)
     assert set(curves["pair"]) == {"math->chat", "code->chat"} and set(curves["seed"]) == {0, 1}
     final = curves[curves["labels"] < 0]

@@ -10,7 +10,6 @@ import numpy as np
 from lengthpred.distributions.objects import LengthDistribution
 from lengthpred.errors import ConfigError
 
-CVAR_LEVEL = 0.9
 CVAR_LEVELS = tuple(np.linspace(0.9025, 0.9975, 20))  # midpoints of 20 equal slices of (0.9, 1)
 TIE_BETA_RANGE = (0.1, 0.5)
 
@@ -35,4 +34,4 @@ def tie_key(dist: LengthDistribution, cap: float, beta: float) -> np.ndarray:
     return dist.mean(cap=cap) + beta * tail_mean(dist, cap)
 
 
-__all__ = ["CVAR_LEVEL", "CVAR_LEVELS", "TIE_BETA_RANGE", "tail_mean", "tie_beta", "tie_key"]
+__all__ = ["CVAR_LEVELS", "TIE_BETA_RANGE", "tail_mean", "tie_beta", "tie_key"]

@@ -204,11 +204,7 @@ class EngineReadout(OnlineReadout):
         return float(y)
 
     def stats(self) -> dict[str, float]:
-        out = super().stats()
-        if self.capture is not None:  # the hook's time in the engine's forward, per captured request
-            n = self.capture.n_captured - self._hook0[1]
-            out["hook_ms_mean"] = 1e3 * (self.capture.hook_s - self._hook0[0]) / n if n else math.nan
-        return out
+        return super().stats() | _hook_stats(self.capture, self._hook0)
 
 
 class DistEngineReadout(NoPredictor):
@@ -233,12 +229,17 @@ class DistEngineReadout(NoPredictor):
 
     def stats(self) -> dict[str, float]:
         c = np.asarray(self.compute_s, dtype=float)
-        out = {"predict_compute_mean": float(c.mean()) if len(c) else math.nan,
-               "predict_compute_p99": float(np.quantile(c, 0.99)) if len(c) else math.nan}
-        if self.capture is not None:
-            n = self.capture.n_captured - self._hook0[1]
-            out["hook_ms_mean"] = 1e3 * (self.capture.hook_s - self._hook0[0]) / n if n else math.nan
-        return out
+        return {"predict_compute_mean": float(c.mean()) if len(c) else math.nan,
+                "predict_compute_p99": float(np.quantile(c, 0.99)) if len(c) else math.nan} | _hook_stats(
+                    self.capture, self._hook0)
+
+
+def _hook_stats(capture: Any, hook0: tuple[float, int]) -> dict[str, float]:
+    """The capture hook's time in the engine's forward per request captured since `hook0` (none without one)."""
+    if capture is None:
+        return {}
+    n = capture.n_captured - hook0[1]
+    return {"hook_ms_mean": 1e3 * (capture.hook_s - hook0[0]) / n if n else math.nan}
 
 
 def _no_rows(req: ServeRequest) -> np.ndarray:

@@ -9,6 +9,7 @@ that use the distributions against point SJF (`dist_sched.csv`, `dist_sched_gain
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,24 +86,14 @@ def adaptation_by_domain(parts: dict[str, DistSplit], ids: dict[str, list[str]],
     return pd.concat(frames, ignore_index=True)
 
 
-def sample_observations(targets: pd.DataFrame, ids: list[str], cap: float) -> Observations:
-    """Every sampled length of `ids` (rows in that order), a capped one (finish reason "length") censored."""
-    row, length, capped = [], [], []
-    for k, i in enumerate(ids):
-        for n, reason in zip(targets.at[i, "lengths"], targets.at[i, "finish_reasons"], strict=True):
-            row.append(k)
-            length.append(min(float(n), cap))
-            capped.append(reason == "length")
-    return Observations(np.array(row, dtype=np.int64), np.array(length), np.array(capped, dtype=bool), cap)
-
-
-def adaptation_on_t3_streams(cfg: Any, features: dict[str, np.ndarray], cap: float, *, every: int, forgetting: float,
-                             log: Any = print) -> pd.DataFrame:
+def adaptation_on_t3_streams(cfg: Any, features: dict[str, np.ndarray], samples: Callable[[list[str]], Observations], *,
+                             every: int, forgetting: float, log: Any = print) -> pd.DataFrame:
     """T3's own streams (`lengthpred.online.pairs.pair_stream`, settings from `cfg.online`): every cross pair of
     splits.json, the censored head fitted on the pair's source prompts (every sample), the target's train + val
     prompts streamed in T3's arrival order revealing T3's sample of each (a capped one censored for
     `censored_rls`), CRPS on the pair's test prompts; for each of T3's stream seeds. Labels are learned in
-    arrival order (T3 learns them as requests complete, at most a few places later)."""
+    arrival order (T3 learns them as requests complete, at most a few places later). `samples(ids)`: every
+    sampled length of those prompts (`lengthpred.distributions.from_trace`)."""
     oc = cfg.online
     splits = load_splits(cfg.data)
     targets = target_frame(load_targets(cfg))
@@ -123,13 +114,13 @@ def adaptation_on_t3_streams(cfg: Any, features: dict[str, np.ndarray], cap: flo
     frames = []
     for pair in pairs:
         src_ids = [str(i) for i in pair["train"] if str(i) in targets.index]
-        source = DistSplit(rows(src_ids), sample_observations(targets, src_ids, cap))
+        source = DistSplit(rows(src_ids), samples(src_ids))
         for sd in seeds:
             ps = pair_stream(pair, splits["indomain"], rows, targets, stream_parts=list(oc.stream_parts),
                              val_part=oc.val_part, seed=sd)
             test_ids = list(ps.data.ids_test)
-            test = DistSplit(ps.data.X_test, sample_observations(targets, test_ids, cap))
-            curve = stream_curve(source, ps.data.X_stream, np.minimum(ps.labels.y, cap), ps.labels.capped, test,
+            test = DistSplit(ps.data.X_test, samples(test_ids))
+            curve = stream_curve(source, ps.data.X_stream, np.minimum(ps.labels.y, test.obs.cap), ps.labels.capped, test,
                                  every=every, forgetting=forgetting, per_prompt_final=True)
             final = curve["labels"] < 0  # per-prompt rows: the prompt's id, so a target's pairs average per prompt
             curve["prompt"] = [test_ids[int(j)] if f else "" for j, f in zip(curve["prompt"].fillna(0), final,
@@ -211,7 +202,8 @@ def run_dist(cfg: Any, out_dir: str | Path, log: Any = print) -> dict[str, pd.Da
         streams = str(ad.get("streams", "t3"))
         if streams == "t3":
             log("[dist] streaming T3's pairs")
-            curves = adaptation_on_t3_streams(cfg, dict(zip(every, X_all, strict=True)), parts["test"].obs.cap,
+            curves = adaptation_on_t3_streams(cfg, dict(zip(every, X_all, strict=True)),
+                                              lambda ids: from_trace(rows, meta, ids, where=str(path)),
                                               every=int(ad.every), forgetting=float(ad.forgetting), log=log)
             adapt_md = t3_adapt_markdown(curves, n_boot=int(d.n_boot), seed=seed)
         elif streams == "lodo":
