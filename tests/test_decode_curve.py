@@ -89,3 +89,30 @@ def test_config_group_mirrors_settings():
         decode_settings(compose_cfg(["decode.every=0"]))
     with pytest.raises(ConfigError, match="unknown keys"):
         DecodeSettings.from_cfg({"every": 8, "evry": 3})
+
+
+def test_checkpoint_frame_holds_each_test_answers_predictions():
+    from lengthpred.decode.checkpoints import PRED, best_decode_head, checkpoint_frame
+
+    ds = synthetic()
+    curve = fit_curve(ds, split_ids(ds), HEADS, AT)
+    df = checkpoint_frame(ds, curve, every=8)
+    test_ids = set(ds.ids[120:])
+    assert set(df["id"]) == test_ids and (df["t"] % 8 == 0).all()
+    assert ((df["t"] < df["length"]) & (df["remaining"] == df["length"] - df["t"])).all()
+    assert len(df) == sum(len(range(0, int(L), 8)) for L in ds.length[120:])  # every grid point while running
+    best = best_decode_head(curve.chosen)
+    assert best in HEADS and df[PRED + "best"].equals(df[PRED + best])
+    first = df[df["t"] == 0].set_index("id")
+    assert (first[PRED + BASELINE] >= 1).all()  # prompt-only at t = 0: its total, floored
+
+
+def test_best_decode_head_is_chosen_on_validation_only():
+    from lengthpred.decode.checkpoints import best_decode_head
+    from lengthpred.errors import DataError
+
+    chosen = {BASELINE: {"val_spearman": 0.99}, "a": {"val_mean_spearman": 0.3}, "b": {"val_mean_spearman": 0.5},
+              "c": {"val_mean_spearman": float("nan")}}
+    assert best_decode_head(chosen) == "b"
+    with pytest.raises(DataError, match="no decode head"):
+        best_decode_head({BASELINE: {"val_spearman": 0.9}})

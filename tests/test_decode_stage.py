@@ -42,7 +42,10 @@ def test_extract_curve_online(tmp_path, demo_splits_dir):
     ds = find_decode(cfg)
     assert ds.root == root and len(ds.ids) == len(load_prompts(cfg.data))
     out = run_decode_curve(cfg)
-    assert {"curve.csv", "curve.md", "curve.png", "chosen.json"} <= {p.name for p in out["out"].iterdir()}
+    assert {"curve.csv", "curve.md", "curve.png", "chosen.json", "checkpoints.parquet"} <= {
+        p.name for p in out["out"].iterdir()}
+    chosen = json.loads((out["out"] / "chosen.json").read_text())
+    assert chosen["best"] in {"linear", "linear_prompt"} and chosen["every"] == 8
     assert set(out["curve"]["predictor"]) == {"prompt-only", "linear", "linear_prompt"}
     df = run_decode_online(cfg)
     assert set(df["head"]) == {"frozen", "rls@1", "rls@0.99"} and (tmp_path / "run" / "online.png").is_file()

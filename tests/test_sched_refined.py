@@ -141,3 +141,77 @@ def test_the_refined_grid_serves_t5_requests_and_rejects_bad_entries():
     with pytest.raises(ConfigError, match="head 'nope'"):
         rf.run_refined(src, get_profile("cpu-smollm2-135m-vllm"), entries, head="nope", loads=[0.9], seeds=[0],
                        n_requests=10, every=8, sigma_decode={0.0: 1.0}, sigma_prompt=1.0)
+
+
+def _checkpoints(lengths, every=8, max_t=32, noise=0.0, seed=0):
+    """A checkpoints.parquet frame: `exact` predicts the true remaining length (× noise), `flat` a constant."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k, L in enumerate(lengths):
+        for t in range(0, min(int(L), max_t + 1), every):
+            rows.append({"id": f"a{k:03d}", "t": t, "length": int(L), "prompt_tokens": 20 + k, "remaining": L - t,
+                         "pred:prompt-only": 100.0 - t, "pred:exact": (L - t) * np.exp(noise * rng.normal()),
+                         "pred:flat": 50.0})
+    return pd.DataFrame(rows)
+
+
+def test_checkpoint_pool_replays_each_answer_with_its_own_predictions():
+    from lengthpred.sched.sweep import refined as rf
+
+    lengths = [5, 40, 300]
+    src, tables = rf.checkpoint_pool(_checkpoints(lengths)[::-1], 8, "toy")  # any row order
+    np.testing.assert_array_equal(src.output, lengths)
+    np.testing.assert_array_equal(src.prompt, [20, 21, 22])
+    np.testing.assert_array_equal(src.preds[rf.PROMPT_ONLY], [100, 100, 100])
+    assert tables["exact"].shape == (3, 5)  # t = 0, 8, …, 32
+    np.testing.assert_array_equal(tables["exact"][2], [300, 292, 284, 276, 268])
+    # a cell the answer never reached counts down from its last checkpoint (never read: the request ended)
+    np.testing.assert_array_equal(tables["exact"][0], [5, -3, -11, -19, -27])
+    pr = RefinedPredictor(tables["exact"], 8)
+    assert pr.remaining(2, 100) == 300 - 100  # past t = 32 the prediction counts down: exact stays exact
+
+
+def test_checkpoint_pool_bad_inputs():
+    from lengthpred.sched.sweep import refined as rf
+
+    df = _checkpoints([20, 30])
+    with pytest.raises(DataError, match="off the every=16 grid"):
+        rf.checkpoint_pool(df, 16, "toy")
+    with pytest.raises(DataError, match=r"lack columns \['prompt_tokens'\]"):
+        rf.checkpoint_pool(df.drop(columns="prompt_tokens"), 8, "toy")
+    with pytest.raises(DataError, match="no t = 0"):
+        rf.checkpoint_pool(df[~((df["id"] == "a001") & (df["t"] == 0))], 8, "toy")
+
+
+def test_measured_decode_predictions_drive_refined_srpt():
+    """Exact per-checkpoint predictions reproduce oracle SRPT (the table holds the true remaining lengths up to
+    t = max_t, and counting down from there stays exact); a head with no information ranks nothing."""
+    from lengthpred.sched.sweep import refined as rf
+
+    rng = np.random.default_rng(1)
+    lengths = np.maximum(1, rng.lognormal(4.5, 0.9, 80)).astype(int)
+    src, tables = rf.checkpoint_pool(_checkpoints(lengths, max_t=64), 8, "toy")
+    entries = rf.parse_entries([
+        {"label": "oracle-srpt", "policy": "oracle-srpt", "source": "clairvoyant"},
+        {"label": "r", "policy": "refined-srpt", "source": "decode:exact"},  # the same cap as oracle-srpt
+        {"label": "r", "policy": "refined-srpt", "source": "decode:flat"},
+        {"label": "sjf", "policy": "sjf", "source": "prompt"},
+    ])
+    runs = rf.run_refined(src, get_profile("cpu-smollm2-135m-vllm"), entries, head=rf.PROMPT_ONLY, loads=[0.9],
+                          seeds=[0, 1], n_requests=200, every=8, tables=tables)
+    ptl = runs[runs["metric"] == "per_token_latency_mean"].set_index(["policy", "predictor", "seed"])["value"]
+    np.testing.assert_allclose(ptl["r", "decode:exact"].to_numpy(), ptl["oracle-srpt", "clairvoyant"].to_numpy(),
+                               rtol=1e-9)
+    assert (ptl["r", "decode:flat"].to_numpy() > 1.2 * ptl["r", "decode:exact"].to_numpy()).all()
+    with pytest.raises(ConfigError, match="pred:nope column"):
+        rf.run_refined(src, get_profile("cpu-smollm2-135m-vllm"),
+                       rf.parse_entries([{"label": "r", "policy": "refined-srpt", "source": "decode:nope"}]),
+                       head=rf.PROMPT_ONLY, loads=[0.9], seeds=[0], n_requests=10, every=8, tables=tables)
+    with pytest.raises(ConfigError, match="noise model, not fitted"):
+        rf.run_refined(src, get_profile("cpu-smollm2-135m-vllm"),
+                       rf.parse_entries([{"label": "r", "policy": "refined-srpt", "source": "decode-cal"}]),
+                       head=rf.PROMPT_ONLY, loads=[0.9], seeds=[0], n_requests=10, every=8, tables=tables)
+    with pytest.raises(ConfigError, match="source 'decode:'"):
+        rf.parse_entries([{"label": "x", "policy": "srpt", "source": "decode:"}])

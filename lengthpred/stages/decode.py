@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.decode.answers import Answer, answers_hash, select_answers
+from lengthpred.decode.checkpoints import best_decode_head, checkpoint_frame
 from lengthpred.decode.extract import decode_key, extract_decode, selected_ids
 from lengthpred.decode.online import adaptation, pair_ids, plot_adaptation
 from lengthpred.decode.plots import plot_curve
@@ -120,7 +121,8 @@ def find_decode(cfg: Any) -> DecodeSet:
 
 
 def run_decode_curve(cfg: DictConfig) -> dict[str, Any]:
-    """Fit on train, choose on val, score on test; write curve.csv, curve.md, curve.png, chosen.json."""
+    """Fit on train, choose on val, score on test; write curve.csv, curve.md, curve.png, chosen.json and
+    checkpoints.parquet (every test answer's predictions at each checkpoint: scripts/simulate_refined.py)."""
     c = OmegaConf.to_container(cfg.decode.curve, resolve=True)
     ds = find_decode(cfg)
     ids = indomain_ids(load_splits(cfg.data))
@@ -134,7 +136,11 @@ def run_decode_curve(cfg: DictConfig) -> dict[str, Any]:
              f"k={ds.manifest['settings']['every']}, {len(curve.y)} test checkpoints")
     (out / "curve.md").write_text(f"{title}\n\n" + markdown_table(df))
     plot_curve(df, out / "curve.png", title)
-    (out / "chosen.json").write_text(json.dumps({"store": str(ds.root), **curve.chosen}, indent=1, default=str))
+    every = int(ds.manifest["settings"]["every"])
+    checkpoint_frame(ds, curve, every).to_parquet(out / "checkpoints.parquet", index=False)
+    (out / "chosen.json").write_text(json.dumps({"store": str(ds.root), "every": every,
+                                                 "best": best_decode_head(curve.chosen), **curve.chosen},
+                                                indent=1, default=str))
     print(markdown_table(df))
     print(f"→ {out}")
     return {"curve": df, "chosen": curve.chosen, "out": out}

@@ -9,7 +9,10 @@ and load here serve the very requests T5 served. Predictor labels (the `source` 
 - ``oracle-remaining``: the true remaining length at each checkpoint (source a);
 - ``decode-cal``: true remaining × log-normal noise fitted per checkpoint to the decode head's measured Spearman
   (source c, a model of the head); ``prompt-cal``: the same noise model fitted to the prompt-only head's
-  Spearman at t = 0 and frozen over the request's life (rho = 1): the baseline inside the noise model.
+  Spearman at t = 0 and frozen over the request's life (rho = 1): the baseline inside the noise model;
+- ``decode:<label>``: a decode head's own predictions, per request and checkpoint, from a decode curve's
+  `checkpoints.parquet` (`checkpoint_pool`): the pool is then the curve's test answers, each request replaying
+  one answer at its own length, and ``prompt`` is the curve's prompt-only head on the same answers.
 """
 
 from __future__ import annotations
@@ -22,17 +25,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lengthpred.errors import ConfigError
+from lengthpred.errors import ConfigError, DataError
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.sched.core.metrics import summarize
 from lengthpred.sched.core.policies import make_policy
 from lengthpred.sched.core.predictors import ArrayPredictor
-from lengthpred.sched.core.refine import calibrated_source, oracle_source, prompt_source
+from lengthpred.sched.core.refine import RefinedPredictor, calibrated_source, oracle_source, prompt_source
 from lengthpred.sched.core.simulator import OverloadWarning, simulate
 from lengthpred.sched.core.workload import Workload, capacity
 from lengthpred.sched.sweep.pool import CLAIRVOYANT, NO_PREDICTOR, LengthSource
 
 SOURCES = (NO_PREDICTOR, CLAIRVOYANT, "prompt", "oracle-remaining", "decode-cal", "prompt-cal")
+MEASURED = "decode:"  # prefix of a source read from checkpoints.parquet's `pred:<label>` column
+PROMPT_ONLY = "prompt-only"  # the checkpoint pool's prompt head (its t = 0 prediction: the total length)
 
 
 @dataclass
@@ -53,8 +58,9 @@ def parse_entries(items: Sequence[Mapping[str, Any]]) -> list[Entry]:
             e = Entry(d.pop("label"), d.pop("policy"), d.pop("source"), rho=d.pop("rho", None), sim=d)
         except KeyError as k:
             raise ConfigError(f"refined entry {it} lacks {k}") from None
-        if e.source not in SOURCES:
-            raise ConfigError(f"refined entry {e.label}: source {e.source!r}; valid: {', '.join(SOURCES)}")
+        if e.source not in SOURCES and not (e.source.startswith(MEASURED) and len(e.source) > len(MEASURED)):
+            raise ConfigError(f"refined entry {e.label}: source {e.source!r}; valid: {', '.join(SOURCES)}, "
+                              f"{MEASURED}<label>")
         make_policy(e.policy)
         out.append(e)
     return out
@@ -67,13 +73,58 @@ def pool_lengths(source: LengthSource) -> np.ndarray:
     return np.asarray(source.output, dtype=float)
 
 
+def checkpoint_pool(frame: pd.DataFrame, every: int, name: str) -> tuple[LengthSource, dict[str, np.ndarray]]:
+    """A decode curve's `checkpoints.parquet` as a pool of its test answers (output: the answer's length, so
+    every request replays the answer its predictions were made on) and, per `pred:<label>` column, an [answers,
+    C] table of remaining-length predictions at t = 0, k, 2k, …; a cell the answer never reached (it had
+    ended) or beyond the last stored checkpoint counts down from the one before. `prompt-only` at t = 0 is the
+    prompt head's total: the pool's `prompt-only` predictor (prompt-only SJF)."""
+    if every < 1:
+        raise ConfigError(f"checkpoint interval every={every} must be >= 1")
+    need = {"id", "t", "length", "prompt_tokens", f"pred:{PROMPT_ONLY}"}
+    if missing := sorted(need - set(frame.columns)):
+        raise DataError(f"{name}: checkpoints lack columns {missing} (written by scripts/decode_curve.py)")
+    t = frame["t"].to_numpy(dtype=np.int64)
+    if np.any(t % every):
+        raise DataError(f"{name}: checkpoints at t={sorted(set(t[t % every != 0]))[:3]} are off the every={every} "
+                        "grid: set sched.refined.every to the decode store's decode.every")
+    ids, pos = np.unique(frame["id"].to_numpy(dtype=str), return_inverse=True)
+    first = frame[t == 0].drop_duplicates("id").set_index("id")
+    if len(first) != len(ids):
+        raise DataError(f"{name}: {len(ids) - len(first)} answers have no t = 0 checkpoint")
+    first = first.loc[ids]
+    tables = {}
+    j = t // every
+    for col in (c for c in frame.columns if c.startswith("pred:")):
+        tab = np.full((len(ids), int(j.max()) + 1), np.nan)
+        tab[pos, j] = frame[col].to_numpy(dtype=float)
+        for c in range(1, tab.shape[1]):
+            gap = np.isnan(tab[:, c])
+            tab[gap, c] = tab[gap, c - 1] - every
+        tables[col.removeprefix("pred:")] = tab
+    src = LengthSource(name, output=np.maximum(first["length"].to_numpy(dtype=np.int64), 1),
+                       prompt=first["prompt_tokens"].to_numpy(dtype=np.int64),
+                       preds={PROMPT_ONLY: np.maximum(tables[PROMPT_ONLY][:, 0], 1.0)})
+    return src, tables
+
+
 def run_refined(source: LengthSource, profile: HardwareProfile, entries: Sequence[Entry], *, head: str,
                 loads: Sequence[float], seeds: Sequence[int], n_requests: int, every: int,
-                sigma_decode: Mapping[float, float], sigma_prompt: float, rho: float = 0.9,
-                sim: Mapping[str, Any] | None = None, accept_beta: tuple[float, float] = (7.0, 3.0)) -> pd.DataFrame:
-    """The runs frame (`experiment.run_grid`'s schema) of every entry × load × seed."""
+                sigma_decode: Mapping[float, float] | None = None, sigma_prompt: float | None = None,
+                rho: float = 0.9, sim: Mapping[str, Any] | None = None,
+                accept_beta: tuple[float, float] = (7.0, 3.0),
+                tables: Mapping[str, np.ndarray] | None = None) -> pd.DataFrame:
+    """The runs frame (`experiment.run_grid`'s schema) of every entry × load × seed. `tables`: the
+    `checkpoint_pool` tables of the `decode:<label>` sources (aligned with `source`'s entries)."""
     if head not in source.preds:
         raise ConfigError(f"head {head!r} not in {source.name}; present: {sorted(source.preds)}")
+    for e in entries:
+        label = e.source.removeprefix(MEASURED)
+        if e.source.startswith(MEASURED) and label not in (tables or {}):
+            raise ConfigError(f"refined entry {e.label}: source {e.source} needs a decode curve's checkpoints "
+                              f"(sched.refined.checkpoints) with a pred:{label} column; have {sorted(tables or {})}")
+        if (e.source == "decode-cal" and sigma_decode is None) or (e.source == "prompt-cal" and sigma_prompt is None):
+            raise ConfigError(f"refined entry {e.label}: source {e.source} is the noise model, not fitted in this run")
     rows = []
     for seed in seeds:
         for load in loads:
@@ -86,8 +137,13 @@ def run_refined(source: LengthSource, profile: HardwareProfile, entries: Sequenc
             wl = Workload(arr, prm, out, acc, None)
             p = source.preds[head][req.idx]
             for e in entries:
-                pr = _predictor(e.source, e.policy.startswith("refined"), p, out, every, seed, sigma_decode,
-                                sigma_prompt, rho if e.rho is None else e.rho)
+                if e.source.startswith(MEASURED):
+                    tab = tables[e.source.removeprefix(MEASURED)][req.idx]
+                    pr = (RefinedPredictor(tab, every, name=e.source) if e.policy.startswith("refined")
+                          else ArrayPredictor(np.maximum(tab[:, 0], 1.0), name=e.source))
+                else:
+                    pr = _predictor(e.source, e.policy.startswith("refined"), p, out, every, seed, sigma_decode,
+                                    sigma_prompt, rho if e.rho is None else e.rho)
                 with warnings.catch_warnings():  # overload (load >= 1) is expected: runs stop at the horizon
                     warnings.simplefilter("ignore", OverloadWarning)
                     res = simulate(wl, profile, make_policy(e.policy), pr, seed=seed,
@@ -97,8 +153,8 @@ def run_refined(source: LengthSource, profile: HardwareProfile, entries: Sequenc
     return pd.DataFrame(rows, columns=["hardware", "data", "policy", "predictor", "load", "seed", "metric", "value"])
 
 
-def _predictor(src: str, refined: bool, p: np.ndarray, out: np.ndarray, every: int, seed: int, sigma_decode: Mapping[float, float],
-               sigma_prompt: float, rho: float) -> Any:
+def _predictor(src: str, refined: bool, p: np.ndarray, out: np.ndarray, every: int, seed: int,
+               sigma_decode: Mapping[float, float] | None, sigma_prompt: float | None, rho: float) -> Any:
     if src in (NO_PREDICTOR, CLAIRVOYANT):
         return None
     if src == "prompt":
