@@ -101,10 +101,16 @@ def test_checkpoint_frame_holds_each_test_answers_predictions():
     assert set(df["id"]) == test_ids and (df["t"] % 8 == 0).all()
     assert ((df["t"] < df["length"]) & (df["remaining"] == df["length"] - df["t"])).all()
     assert len(df) == sum(len(range(0, int(L), 8)) for L in ds.length[120:])  # every grid point while running
-    best = best_decode_head(curve.chosen)
-    assert best in HEADS and df[PRED + "best"].equals(df[PRED + best])
-    first = df[df["t"] == 0].set_index("id")
-    assert (first[PRED + BASELINE] >= 1).all()  # prompt-only at t = 0: its total, floored
+    # each row holds the curve's own prediction for that answer and t (the frame is re-sorted by id, t)
+    key = list(zip(np.asarray(ds.ids)[ds.row_prompt[curve.rows]], curve.t, strict=True))
+    for label, p in curve.predictions.items():
+        want = dict(zip(key, p, strict=True))
+        got = [want[(i, t)] for i, t in zip(df["id"], df["t"], strict=True)]
+        np.testing.assert_array_equal(df[PRED + label].to_numpy(), got)
+    assert df[PRED + "best"].equals(df[PRED + best_decode_head(curve.chosen)])
+    with pytest.raises(ConfigError, match="'best' names the head"):
+        curve.predictions["best"] = curve.predictions["linear"]
+        checkpoint_frame(ds, curve, every=8)
 
 
 def test_best_decode_head_is_chosen_on_validation_only():

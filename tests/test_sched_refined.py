@@ -165,15 +165,20 @@ def test_checkpoint_pool_replays_each_answer_with_its_own_predictions():
     np.testing.assert_array_equal(src.output, lengths)
     np.testing.assert_array_equal(src.prompt, [20, 21, 22])
     np.testing.assert_array_equal(src.preds[rf.PROMPT_ONLY], [100, 100, 100])
-    assert tables["exact"].shape == (3, 5)  # t = 0, 8, …, 32
-    np.testing.assert_array_equal(tables["exact"][2], [300, 292, 284, 276, 268])
-    # a cell the answer never reached counts down from its last checkpoint (never read: the request ended)
-    np.testing.assert_array_equal(tables["exact"][0], [5, -3, -11, -19, -27])
+    assert tables["exact"].shape == (3, 38)  # t = 0, 8, …, 296: the longest answer's whole life
+    np.testing.assert_array_equal(tables["exact"][2, :5], [300, 292, 284, 276, 268])  # stored up to t = 32
+    assert tables["exact"][2, 37] == 4  # beyond: the prediction at t = 32 (end 300) counts down, exact stays exact
     pr = RefinedPredictor(tables["exact"], 8)
-    assert pr.remaining(2, 100) == 300 - 100  # past t = 32 the prediction counts down: exact stays exact
+    assert pr.remaining(2, 100) == 300 - 100 and pr.remaining(2, 299) == 1
+    # an answer predicted to end at 32 + 50 = 82 that outlives it expects as many tokens again as it made beyond
+    # 82 (prompt_source's rule), never "one token left" for the rest of its life
+    np.testing.assert_array_equal(tables["flat"][2, 9:13], [10, 2, 7, 15])  # t = 72, 80, 88, 96
+    assert pr.remaining(1, 39) == 1 and RefinedPredictor(tables["flat"], 8).remaining(2, 200) == 200 - 82 + 1
 
 
 def test_checkpoint_pool_bad_inputs():
+    import pandas as pd
+
     from lengthpred.sched.sweep import refined as rf
 
     df = _checkpoints([20, 30])
@@ -183,11 +188,33 @@ def test_checkpoint_pool_bad_inputs():
         rf.checkpoint_pool(df.drop(columns="prompt_tokens"), 8, "toy")
     with pytest.raises(DataError, match="no t = 0"):
         rf.checkpoint_pool(df[~((df["id"] == "a001") & (df["t"] == 0))], 8, "toy")
+    with pytest.raises(DataError, match="appears twice"):
+        rf.checkpoint_pool(pd.concat([df, df.iloc[:1]]), 8, "toy")
+    with pytest.raises(DataError, match="no checkpoints"):
+        rf.checkpoint_pool(df.iloc[:0], 8, "toy")
+    with pytest.raises(ConfigError, match="every=0"):
+        rf.checkpoint_pool(df, 0, "toy")
+    with pytest.raises(ConfigError, match="source None"):
+        rf.parse_entries([{"label": "x", "policy": "srpt", "source": None}])
+
+
+def test_checkpoints_file_checks_the_stores_interval(tmp_path):
+    import json
+
+    from lengthpred.stages.refined import checkpoints_file
+
+    with pytest.raises(DataError, match="no file"):
+        checkpoints_file(tmp_path, 8)
+    _checkpoints([20, 30]).to_parquet(tmp_path / "checkpoints.parquet")
+    assert checkpoints_file(tmp_path, 8) == tmp_path / "checkpoints.parquet"  # the run folder will do
+    (tmp_path / "chosen.json").write_text(json.dumps({"every": 16}))
+    with pytest.raises(ConfigError, match="set sched.refined.every=16"):
+        checkpoints_file(tmp_path / "checkpoints.parquet", 8)
 
 
 def test_measured_decode_predictions_drive_refined_srpt():
     """Exact per-checkpoint predictions reproduce oracle SRPT (the table holds the true remaining lengths up to
-    t = max_t, and counting down from there stays exact); a head with no information ranks nothing."""
+    t = max_t, and counting down from there stays exact); a constant head ranks only by tokens generated past its end: worse."""
     from lengthpred.sched.sweep import refined as rf
 
     rng = np.random.default_rng(1)
@@ -204,7 +231,8 @@ def test_measured_decode_predictions_drive_refined_srpt():
     ptl = runs[runs["metric"] == "per_token_latency_mean"].set_index(["policy", "predictor", "seed"])["value"]
     np.testing.assert_allclose(ptl["r", "decode:exact"].to_numpy(), ptl["oracle-srpt", "clairvoyant"].to_numpy(),
                                rtol=1e-9)
-    assert (ptl["r", "decode:flat"].to_numpy() > 1.2 * ptl["r", "decode:exact"].to_numpy()).all()
+    flat, exact = ptl["r", "decode:flat"].to_numpy(), ptl["r", "decode:exact"].to_numpy()
+    assert (flat > exact).all() and flat.mean() > 1.2 * exact.mean()
     with pytest.raises(ConfigError, match="pred:nope column"):
         rf.run_refined(src, get_profile("cpu-smollm2-135m-vllm"),
                        rf.parse_entries([{"label": "r", "policy": "refined-srpt", "source": "decode:nope"}]),

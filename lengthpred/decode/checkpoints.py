@@ -17,8 +17,9 @@ import pandas as pd
 from lengthpred.decode.readout import Curve
 from lengthpred.decode.score import BASELINE
 from lengthpred.decode.store import DecodeSet
-from lengthpred.errors import DataError
+from lengthpred.errors import ConfigError, DataError
 
+CHECKPOINTS = "checkpoints.parquet"
 PRED = "pred:"
 BEST = "best"
 
@@ -35,6 +36,8 @@ def best_decode_head(chosen: Mapping[str, Mapping[str, Any]]) -> str:
 def checkpoint_frame(ds: DecodeSet, curve: Curve, every: int) -> pd.DataFrame:
     """The test rows of `curve` at multiples of `every` (the scheduler's checkpoints; the curve's extra
     `also_at` points off that grid are left out), with `pred:best` added."""
+    if BEST in curve.predictions:
+        raise ConfigError(f"decode.curve.heads: {BEST!r} names the head chosen on validation; rename that head")
     keep = curve.t % every == 0
     a = ds.row_prompt[curve.rows[keep]]
     df = pd.DataFrame({"id": np.asarray(ds.ids)[a], "t": curve.t[keep].astype(np.int64),

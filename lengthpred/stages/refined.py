@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from lengthpred.errors import DataError
+from lengthpred.decode.checkpoints import CHECKPOINTS
+from lengthpred.errors import ConfigError, DataError
 from lengthpred.paths import resolve
 from lengthpred.sched.core.hardware import get_profile
 from lengthpred.sched.core.refine import fit_sigma, read_curve_spearman
@@ -34,17 +35,31 @@ def noise_model(rc: DictConfig, lengths: Any, seed: int) -> dict[str, Any]:
             "sigma_prompt": fit_sigma(lengths, {0.0: prompt_rho}, seed=seed)[0.0]}
 
 
+def checkpoints_file(given: Any, every: int) -> Path:
+    """`sched.refined.checkpoints` (the file or the decode curve's run folder); its store's checkpoint interval
+    (`chosen.json` beside it) must be `sched.refined.every`, or the policy would re-check on another grid."""
+    path = resolve(str(given))
+    if path.is_dir():
+        path = path / CHECKPOINTS
+    if not path.is_file():
+        raise DataError(f"sched.refined.checkpoints: no file {path} (scripts/decode_curve.py writes it)")
+    chosen = path.with_name("chosen.json")
+    stored = json.loads(chosen.read_text()).get("every") if chosen.is_file() else None
+    if stored is not None and int(stored) != every:
+        raise ConfigError(f"sched.refined.every={every} but the decode store's checkpoints are every {stored} "
+                          f"({chosen}): set sched.refined.every={stored}")
+    return path
+
+
 def run_refined_sched(cfg: DictConfig, out: Path) -> Path:
     """Write refined_runs.csv, refined_results.csv, refined_gains.csv, refined.md and refined.json into `out`."""
     sc, rc = cfg.sched, cfg.sched.refined
     out.mkdir(parents=True, exist_ok=True)
     profile = get_profile(sc.hardware, OmegaConf.to_container(sc.hardware_overrides))
     if rc.get("checkpoints"):
-        path = resolve(str(rc.checkpoints))
-        if not path.is_file():
-            raise DataError(f"sched.refined.checkpoints: no file {path} (scripts/decode_curve.py writes it)")
+        path = checkpoints_file(rc.checkpoints, int(rc.every))
         entries = rf.parse_entries(OmegaConf.to_container(rc.measured_entries, resolve=True))
-        src, tables = rf.checkpoint_pool(pd.read_parquet(path), int(rc.every), name=str(path.parent.name))
+        src, tables = rf.checkpoint_pool(pd.read_parquet(path), int(rc.every), name=str(path))
         head, fitted = rf.PROMPT_ONLY, {"checkpoints": str(path)}
         print(f"source {path}: {len(src.output)} test answers, checkpoints every {rc.every} up to "
               f"t={(next(iter(tables.values())).shape[1] - 1) * int(rc.every)}")

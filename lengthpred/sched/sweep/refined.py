@@ -58,7 +58,8 @@ def parse_entries(items: Sequence[Mapping[str, Any]]) -> list[Entry]:
             e = Entry(d.pop("label"), d.pop("policy"), d.pop("source"), rho=d.pop("rho", None), sim=d)
         except KeyError as k:
             raise ConfigError(f"refined entry {it} lacks {k}") from None
-        if e.source not in SOURCES and not (e.source.startswith(MEASURED) and len(e.source) > len(MEASURED)):
+        measured = isinstance(e.source, str) and e.source.startswith(MEASURED) and len(e.source) > len(MEASURED)
+        if e.source not in SOURCES and not measured:
             raise ConfigError(f"refined entry {e.label}: source {e.source!r}; valid: {', '.join(SOURCES)}, "
                               f"{MEASURED}<label>")
         make_policy(e.policy)
@@ -76,34 +77,51 @@ def pool_lengths(source: LengthSource) -> np.ndarray:
 def checkpoint_pool(frame: pd.DataFrame, every: int, name: str) -> tuple[LengthSource, dict[str, np.ndarray]]:
     """A decode curve's `checkpoints.parquet` as a pool of its test answers (output: the answer's length, so
     every request replays the answer its predictions were made on) and, per `pred:<label>` column, an [answers,
-    C] table of remaining-length predictions at t = 0, k, 2k, …; a cell the answer never reached (it had
-    ended) or beyond the last stored checkpoint counts down from the one before. `prompt-only` at t = 0 is the
-    prompt head's total: the pool's `prompt-only` predictor (prompt-only SJF)."""
+    C] table of remaining-length predictions at t = 0, k, 2k, … up to the longest answer. Past an answer's last
+    stored checkpoint (a store cut at `decode.max_t`) the prediction made there stands: its predicted end E
+    counts down, and a request that outlives E expects as many tokens again as it made beyond E, the rule the
+    `prompt` source (`prompt_source`) applies over the whole life, so no source keys an outliving request as
+    one token from its end. `prompt-only` at t = 0 is the prompt head's total: the pool's `prompt-only`
+    predictor (prompt-only SJF)."""
     if every < 1:
         raise ConfigError(f"checkpoint interval every={every} must be >= 1")
     need = {"id", "t", "length", "prompt_tokens", f"pred:{PROMPT_ONLY}"}
     if missing := sorted(need - set(frame.columns)):
         raise DataError(f"{name}: checkpoints lack columns {missing} (written by scripts/decode_curve.py)")
+    if frame.empty:
+        raise DataError(f"{name}: no checkpoints")
+    frame = frame.assign(id=frame["id"].astype(str))
+    if frame.duplicated(["id", "t"]).any():
+        raise DataError(f"{name}: an (id, t) checkpoint appears twice")
     t = frame["t"].to_numpy(dtype=np.int64)
     if np.any(t % every):
         raise DataError(f"{name}: checkpoints at t={sorted(set(t[t % every != 0]))[:3]} are off the every={every} "
                         "grid: set sched.refined.every to the decode store's decode.every")
-    ids, pos = np.unique(frame["id"].to_numpy(dtype=str), return_inverse=True)
-    first = frame[t == 0].drop_duplicates("id").set_index("id")
+    ids, pos = np.unique(frame["id"].to_numpy(), return_inverse=True)
+    first = frame[t == 0].set_index("id")
     if len(first) != len(ids):
         raise DataError(f"{name}: {len(ids) - len(first)} answers have no t = 0 checkpoint")
     first = first.loc[ids]
-    tables = {}
+    length = np.maximum(first["length"].to_numpy(dtype=np.int64), 1)
     j = t // every
+    width = max(int(j.max()), int((length.max() - 1) // every)) + 1
+    grid = np.arange(width, dtype=float) * every
+    tables = {}
     for col in (c for c in frame.columns if c.startswith("pred:")):
-        tab = np.full((len(ids), int(j.max()) + 1), np.nan)
+        tab = np.full((len(ids), width), np.nan)
         tab[pos, j] = frame[col].to_numpy(dtype=float)
-        for c in range(1, tab.shape[1]):
-            gap = np.isnan(tab[:, c])
-            tab[gap, c] = tab[gap, c - 1] - every
+        stored = ~np.isnan(tab)
+        last = width - 1 - np.argmax(stored[:, ::-1], axis=1)  # each answer's last stored checkpoint
+        end = last * every + tab[np.arange(len(ids)), last]  # its predicted end there
+        tail = ~stored & (np.arange(width)[None, :] > last[:, None])
+        outlive = np.where(grid[None, :] < end[:, None], end[:, None] - grid[None, :], grid[None, :] - end[:, None] + 1)
+        tab[tail] = outlive[tail]
+        if np.isnan(tab).any():  # a gap between stored checkpoints: count down from the one before
+            for c in range(1, width):
+                gap = np.isnan(tab[:, c])
+                tab[gap, c] = tab[gap, c - 1] - every
         tables[col.removeprefix("pred:")] = tab
-    src = LengthSource(name, output=np.maximum(first["length"].to_numpy(dtype=np.int64), 1),
-                       prompt=first["prompt_tokens"].to_numpy(dtype=np.int64),
+    src = LengthSource(name, output=length, prompt=first["prompt_tokens"].to_numpy(dtype=np.int64),
                        preds={PROMPT_ONLY: np.maximum(tables[PROMPT_ONLY][:, 0], 1.0)})
     return src, tables
 
