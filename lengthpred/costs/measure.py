@@ -87,6 +87,23 @@ class CostSettings:
         return settings_from(cls, cfg, group="costs", skip=("name", "experiment_dir"))
 
 
+@dataclass(frozen=True)
+class OnlineCosts:
+    """What the `rls@λ` rows read of the online group (`conf/online`): the adapt stage owns that group and
+    checks its keys (`AdaptSettings`); the other keys are its, not unknown here."""
+
+    feature: str  # the readout's feature key, e.g. hs.L20.last
+    forgetting: tuple[float, ...] = ()  # one rls@λ row per λ
+    alpha: float | None = None  # ridge prior; null (RidgeCV per pair): timed at 1, the cost is the same
+    trace_cap: float | None = None
+    blas_threads: int | None = None
+
+    @classmethod
+    def from_cfg(cls, online: Mapping[str, Any]) -> OnlineCosts:
+        mine = {f.name for f in dataclasses.fields(cls)}
+        return settings_from(cls, {k: v for k, v in online.items() if k in mine}, group="online")
+
+
 @dataclass
 class Sample:
     """Real inputs of a few prompts. `columns(name) -> [n, d]` and `tokens(layer) -> n arrays [t, d+2]`
@@ -143,15 +160,15 @@ def measure_costs(
     tokenizer: Any = None,
     feature_settings: Any = None,
     max_prompt_tokens: int | None = None,
-    online: Mapping[str, Any] | None = None,
+    online: OnlineCosts | None = None,
     online_summary: str | Path | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """`{"meta": ..., "rows": [...]}`: one row per head (and per `rls@λ` when `online` is given).
 
     `model`/`tokenizer`/`feature_settings` (the current features config: the fallback for heads without a
-    run config, and the prompt overflow rule) are needed when a head reads prefill state; `online` is the
-    online config (`feature`, `forgetting`, `alpha`, `trace_cap`, `blas_threads`).
+    run config, and the prompt overflow rule) are needed when a head reads prefill state; `online`: what the
+    `rls@λ` rows read of the online config.
     """
     t0 = time.perf_counter()
     rows: dict[str, dict[str, Any]] = {}
@@ -262,24 +279,24 @@ def _head_costs(
 
 
 def _online_costs(
-    online: Mapping[str, Any], sample: Sample, settings: CostSettings, summary_path: str | Path | None
+    online: OnlineCosts, sample: Sample, settings: CostSettings, summary_path: str | Path | None
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any], tuple[int, str, Any]]:
     """Rows of the `rls@λ` heads on the online feature: predict latency measured, update latency from the
     online stage's summary when it has the head, else measured."""
-    feat = str(online["feature"])
+    feat = online.feature
     layer, pooling = _parse_feature(feat)
     X = _column(sample, feat)
     summary = _online_update_ms(summary_path)
     rows, meta = {}, {}
-    with _blas_threads(online["blas_threads"]):
-        for lam in online["forgetting"] or []:
+    with _blas_threads(online.blas_threads):
+        for lam in online.forgetting:
             name = rls_name(lam)
             pred, upd = rls_latencies(
                 X,
                 float(lam),
                 settings.predict_repeats,
-                alpha=float(online["alpha"] or 1.0),  # null (RidgeCV per pair): the cost is the same
-                trace_cap=online["trace_cap"],
+                alpha=float(online.alpha or 1.0),  # null (RidgeCV per pair): the cost is the same
+                trace_cap=online.trace_cap,
             )
             rows[name] = {
                 "head": name,

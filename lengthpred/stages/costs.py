@@ -12,7 +12,7 @@ import numpy as np
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from lengthpred.costs.measure import PREFILL_KINDS, CostSettings, Sample, measure_costs
+from lengthpred.costs.measure import PREFILL_KINDS, CostSettings, OnlineCosts, Sample, measure_costs
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.errors import ConfigError, DataError, LengthpredError
 from lengthpred.features.store import FeatureStores, load_features
@@ -69,7 +69,7 @@ def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
         if stores is None:
             log.warning("costs: no feature store, so no rls@λ rows")
         else:
-            online = OmegaConf.to_container(cfg.online, resolve=True)
+            online = OnlineCosts.from_cfg(OmegaConf.to_container(cfg.online, resolve=True))
     needs_model = online is not None or any(
         r.pooling is not None and HEADS.get(r.name).input_kind == "features" for r in runs
     )
