@@ -265,12 +265,3 @@ def test_write_costs_is_what_read_costs_reads(tmp_path):
     df = read_costs(write_costs(doc, tmp_path / "costs.json"))
     assert df.to_dict("records") == [{"head": "linear", "predict_latency_ms": 0.1}]
 
-
-def test_online_cost_rows_read_the_one_readout_setting(tmp_path):
-    """The rls@λ rows time the readout's own feature and λ grid: `head.layer=15` with head=linear moves them."""
-    from lengthpred.costs.measure import OnlineCosts
-
-    for overrides, feature in (([], "hs.L20.last"), (["head=linear", "head.layer=15"], "hs.L15.last")):
-        cfg = compose_cfg(overrides, tmp_path / "run")
-        oc = OnlineCosts.from_cfg(OmegaConf.to_container(cfg.online, resolve=True))
-        assert oc.feature == feature and oc.forgetting == tuple(cfg.readout.forgetting) and oc.trace_cap == 10.0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from lengthpred.costs.measure import CostSettings, Sample, _online_costs
+from lengthpred.costs.measure import CostSettings, OnlineCosts, Sample, _online_costs
 from lengthpred.errors import ConfigError
 from lengthpred.names import FeatureKey
 from lengthpred.online.experiment import AdaptSettings
@@ -30,7 +30,7 @@ def _read_by_every_stage(overrides: list[str]) -> dict[str, str]:
         return np.random.default_rng(0).normal(size=(4, 3))
 
     sample = Sample(ids=list("abcd"), texts=list("abcd"), domains=list("aabb"), columns=columns)
-    rows, _, _ = _online_costs(online, sample, CostSettings(predict_repeats=1), None)
+    rows, _, _ = _online_costs(OnlineCosts.from_cfg(online), sample, CostSettings(predict_repeats=1), None)
     assert {r["feature"] for r in rows.values()} == set(asked)
     return {
         "train": feature_name(OmegaConf.to_container(cfg.head, resolve=True)),
