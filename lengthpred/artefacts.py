@@ -30,6 +30,11 @@ SCHED_GAINS = "sched_gains.csv"  # the simulate stage, beside sched_results.csv
 SCHED_LATENCIES = "sched_latencies.parquet"  # the simulate stage (latency CDF plot)
 COSTS = "costs.json"  # the costs stage (T6)
 RESULTS = "results.csv"  # the evaluate stage
+DECODE_CHECKPOINTS = "checkpoints.parquet"  # the decode curve stage: test predictions per answer and checkpoint,
+# one `pred:<label>` column per predictor (CHECKPOINT_PRED); read by the refined-scheduler stage
+CHECKPOINT_PRED = "pred:"
+PROMPT_ONLY = "prompt-only"  # the decode curve's prompt-only baseline (its label and its checkpoints column)
+DECODE_CHOSEN = "chosen.json"  # the decode curve stage: what validation chose, the store's checkpoint interval
 SPLITS = "splits"  # `<data_dir>/splits/<data.name>/`: the prepared prompt set
 SPLITS_JSON = "splits.json"
 

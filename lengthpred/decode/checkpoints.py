@@ -14,13 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lengthpred.artefacts import CHECKPOINT_PRED as PRED
 from lengthpred.decode.readout import Curve
 from lengthpred.decode.score import BASELINE
 from lengthpred.decode.store import DecodeSet
 from lengthpred.errors import ConfigError, DataError
 
-CHECKPOINTS = "checkpoints.parquet"
-PRED = "pred:"
 BEST = "best"
 
 

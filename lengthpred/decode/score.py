@@ -8,10 +8,11 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from lengthpred.artefacts import PROMPT_ONLY
 from lengthpred.decode.readout import Curve
 from lengthpred.metrics import evaluate, is_undefined, paired_bootstrap
 
-BASELINE = "prompt-only"
+BASELINE = PROMPT_ONLY
 
 
 def _num(v) -> float:

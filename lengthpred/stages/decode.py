@@ -19,9 +19,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from lengthpred.artefacts import DECODE_CHECKPOINTS, DECODE_CHOSEN
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.decode.answers import Answer, answers_hash, select_answers
-from lengthpred.decode.checkpoints import CHECKPOINTS, best_decode_head, checkpoint_frame
+from lengthpred.decode.checkpoints import best_decode_head, checkpoint_frame
 from lengthpred.decode.extract import decode_key, extract_decode, selected_ids
 from lengthpred.decode.online import adaptation, pair_ids, plot_adaptation
 from lengthpred.decode.plots import plot_curve
@@ -137,8 +138,8 @@ def run_decode_curve(cfg: DictConfig) -> dict[str, Any]:
     (out / "curve.md").write_text(f"{title}\n\n" + markdown_table(df))
     plot_curve(df, out / "curve.png", title)
     every = int(ds.manifest["settings"]["every"])
-    checkpoint_frame(ds, curve, every).to_parquet(out / CHECKPOINTS, index=False)
-    (out / "chosen.json").write_text(json.dumps({"store": str(ds.root), "every": every,
+    checkpoint_frame(ds, curve, every).to_parquet(out / DECODE_CHECKPOINTS, index=False)
+    (out / DECODE_CHOSEN).write_text(json.dumps({"store": str(ds.root), "every": every,
                                                  "max_t": ds.manifest["settings"].get("max_t"),
                                                  "best": best_decode_head(curve.chosen), **curve.chosen},
                                                 indent=1, default=str))

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from lengthpred.decode.checkpoints import CHECKPOINTS
+from lengthpred.artefacts import DECODE_CHECKPOINTS, DECODE_CHOSEN
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.paths import resolve
 from lengthpred.sched.core.hardware import get_profile
@@ -40,10 +40,10 @@ def checkpoints_file(given: Any, every: int) -> Path:
     (`chosen.json` beside it) must be `sched.refined.every`, or the policy would re-check on another grid."""
     path = resolve(str(given))
     if path.is_dir():
-        path = path / CHECKPOINTS
+        path = path / DECODE_CHECKPOINTS
     if not path.is_file():
         raise DataError(f"sched.refined.checkpoints: no file {path} (scripts/decode_curve.py writes it)")
-    chosen = path.with_name("chosen.json")
+    chosen = path.with_name(DECODE_CHOSEN)
     stored = json.loads(chosen.read_text()).get("every") if chosen.is_file() else None
     if stored is not None and int(stored) != every:
         raise ConfigError(f"sched.refined.every={every} but the decode store's checkpoints are every {stored} "

@@ -82,10 +82,16 @@ def oracle_source(lengths: np.ndarray, every: int) -> RefinedPredictor:
     return RefinedPredictor(np.maximum(L[:, None] - t[None, :], 1.0), every, name="oracle")
 
 
+def remaining_from_end(end: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Remaining length at t of a request predicted to end at `end`: counts down to it, and once the request
+    outlives it, expects as many tokens again as it made beyond it (the simulator's `ArrayPredictor` rule)."""
+    return np.where(t < end, end - t, t - end + 1.0)
+
+
 def prompt_source(pred: np.ndarray, lengths: np.ndarray, every: int) -> RefinedPredictor:
     p = np.asarray(pred, dtype=float)[:, None]
     t = _grid(np.asarray(lengths, dtype=float), every)[None, :]
-    return RefinedPredictor(np.where(t < p, p - t, t - p + 1.0), every, name="prompt")
+    return RefinedPredictor(remaining_from_end(p, t), every, name="prompt")
 
 
 def _ar1(n: int, c: int, rho: float, rng: np.random.Generator) -> np.ndarray:

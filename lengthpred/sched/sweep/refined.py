@@ -25,19 +25,25 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lengthpred.artefacts import CHECKPOINT_PRED, PROMPT_ONLY
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.sched.core.metrics import summarize
 from lengthpred.sched.core.policies import make_policy
 from lengthpred.sched.core.predictors import ArrayPredictor
-from lengthpred.sched.core.refine import RefinedPredictor, calibrated_source, oracle_source, prompt_source
+from lengthpred.sched.core.refine import (
+    RefinedPredictor,
+    calibrated_source,
+    oracle_source,
+    prompt_source,
+    remaining_from_end,
+)
 from lengthpred.sched.core.simulator import OverloadWarning, simulate
 from lengthpred.sched.core.workload import Workload, capacity
 from lengthpred.sched.sweep.pool import CLAIRVOYANT, NO_PREDICTOR, LengthSource
 
 SOURCES = (NO_PREDICTOR, CLAIRVOYANT, "prompt", "oracle-remaining", "decode-cal", "prompt-cal")
 MEASURED = "decode:"  # prefix of a source read from checkpoints.parquet's `pred:<label>` column
-PROMPT_ONLY = "prompt-only"  # the checkpoint pool's prompt head (its t = 0 prediction: the total length)
 
 
 @dataclass
@@ -85,7 +91,7 @@ def checkpoint_pool(frame: pd.DataFrame, every: int, name: str) -> tuple[LengthS
     predictor (prompt-only SJF)."""
     if every < 1:
         raise ConfigError(f"checkpoint interval every={every} must be >= 1")
-    need = {"id", "t", "length", "prompt_tokens", f"pred:{PROMPT_ONLY}"}
+    need = {"id", "t", "length", "prompt_tokens", CHECKPOINT_PRED + PROMPT_ONLY}
     if missing := sorted(need - set(frame.columns)):
         raise DataError(f"{name}: checkpoints lack columns {missing} (written by scripts/decode_curve.py)")
     if frame.empty:
@@ -107,20 +113,19 @@ def checkpoint_pool(frame: pd.DataFrame, every: int, name: str) -> tuple[LengthS
     width = max(int(j.max()), int((length.max() - 1) // every)) + 1
     grid = np.arange(width, dtype=float) * every
     tables = {}
-    for col in (c for c in frame.columns if c.startswith("pred:")):
+    for col in (c for c in frame.columns if c.startswith(CHECKPOINT_PRED)):
         tab = np.full((len(ids), width), np.nan)
         tab[pos, j] = frame[col].to_numpy(dtype=float)
         stored = ~np.isnan(tab)
         last = width - 1 - np.argmax(stored[:, ::-1], axis=1)  # each answer's last stored checkpoint
         end = last * every + tab[np.arange(len(ids)), last]  # its predicted end there
         tail = ~stored & (np.arange(width)[None, :] > last[:, None])
-        outlive = np.where(grid[None, :] < end[:, None], end[:, None] - grid[None, :], grid[None, :] - end[:, None] + 1)
-        tab[tail] = outlive[tail]
+        tab[tail] = remaining_from_end(end[:, None], grid[None, :])[tail]
         if np.isnan(tab).any():  # a gap between stored checkpoints: count down from the one before
             for c in range(1, width):
                 gap = np.isnan(tab[:, c])
                 tab[gap, c] = tab[gap, c - 1] - every
-        tables[col.removeprefix("pred:")] = tab
+        tables[col.removeprefix(CHECKPOINT_PRED)] = tab
     src = LengthSource(name, output=length, prompt=first["prompt_tokens"].to_numpy(dtype=np.int64),
                        preds={PROMPT_ONLY: np.maximum(tables[PROMPT_ONLY][:, 0], 1.0)})
     return src, tables
