@@ -17,9 +17,11 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from lengthpred.errors import ConfigError, LengthpredError
-from lengthpred.paths import REPO_ROOT, default_datasets_root, home, reference_dir
+from lengthpred.heads.layer_choice import read_layer
+from lengthpred.paths import REPO_ROOT, default_datasets_root, home, reference_dir, resolve
 from lengthpred.stages.heads import register_head_params
 from lengthpred.stages.shards import parse_shard
 from lengthpred.stages.validate import validate
@@ -30,7 +32,10 @@ __all__ = ["parse_shard", "register_resolvers", "stage"]
 
 def register_resolvers() -> None:
     """`${lp.home:}` (where runs write), `${lp.repo:}` (the checkout), `${lp.reference_dir:<data_dir>}` and
-    `${lp.datasets_root:}`: lengthpred.paths, so configs work from any working directory."""
+    `${lp.datasets_root:}`: lengthpred.paths, so configs work from any working directory.
+    `${lp.chosen_layer:<layer_choice.json or its run folder>,<head>}`: the layer a layer sweep chose on
+    validation for that head (scripts/sweep_layers.py), e.g. `head.layer='${lp.chosen_layer:<run>,linear}'`,
+    which adaptation, serving and costs follow through `readout`."""
     if not OmegaConf.has_resolver("lp.home"):
         OmegaConf.register_new_resolver("lp.home", lambda: str(home()))
     if not OmegaConf.has_resolver("lp.repo"):
@@ -39,6 +44,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("lp.reference_dir", lambda data: str(reference_dir(data)))
     if not OmegaConf.has_resolver("lp.datasets_root"):
         OmegaConf.register_new_resolver("lp.datasets_root", lambda: str(default_datasets_root()))
+    if not OmegaConf.has_resolver("lp.chosen_layer"):
+        OmegaConf.register_new_resolver("lp.chosen_layer", lambda path, head: read_layer(resolve(str(path)), str(head)))
 
 
 def set_run_id() -> None:
@@ -93,7 +100,8 @@ class RunDirGuard(Callback):
 
 def stage(fn: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
     """Wrap a script's main: the config is checked (`lengthpred.stages.validate`) and the run folder must be
-    fresh before any work; a LengthpredError becomes one line on stderr and exit code 2."""
+    fresh before any work; a LengthpredError, or an interpolation that cannot resolve (a resolver's own error
+    among them), becomes one line on stderr and exit code 2."""
     script = Path(inspect.getfile(fn)).stem
 
     @functools.wraps(fn)
@@ -105,6 +113,9 @@ def stage(fn: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
             return fn(cfg)
         except LengthpredError as e:
             print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+        except InterpolationResolutionError as e:
+            print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
             sys.exit(2)
 
     return wrapper

@@ -56,6 +56,35 @@ def test_another_head_leaves_the_readout_at_its_defaults_and_readout_layer_moves
     assert {moved["adapt"], moved["serve"], moved["costs"]} == {"hs.L12.last"}
 
 
+def test_a_layer_sweeps_choice_moves_every_stage(tmp_path):
+    """`${lp.chosen_layer:<run>,<head>}` reads a sweep's layer_choice.json (the file or its run folder)."""
+    from lengthpred.heads.layer_choice import write_choice
+
+    write_choice({"linear": {"layer": 18}, "probe": {"layer": 16}}, tmp_path, model="m", data="d")
+    assert set(_read_by_every_stage([f"head.layer=${{lp.chosen_layer:{tmp_path},linear}}"]).values()) == {"hs.L18.last"}
+    probe = _read_by_every_stage(["head=probe", f"head.layer=${{lp.chosen_layer:{tmp_path}/layer_choice.json,probe}}"])
+    assert set(probe.values()) == {"hs.L16.last"}
+    egtp = _read_by_every_stage(["head=egtp", f"readout.layer=${{lp.chosen_layer:{tmp_path},linear}}"])
+    assert {egtp["adapt"], egtp["serve"], egtp["costs"]} == {"hs.L18.last"}
+
+
+def test_a_missing_or_partial_layer_choice_is_one_line(tmp_path, capsys):
+    """A choice file that is not there, or chose no layer for the head, stops the script in one line."""
+    from lengthpred.cli import stage
+    from lengthpred.heads.layer_choice import write_choice
+
+    def main(cfg):
+        raise AssertionError("ran although the config cannot resolve")
+
+    for overrides, says in (([f"head.layer=${{lp.chosen_layer:{tmp_path / 'none'},linear}}"], "no layer choice at"),
+                            ([f"head.layer=${{lp.chosen_layer:{tmp_path},probe}}"], "not 'probe'")):
+        write_choice({"linear": {"layer": 18}}, tmp_path, model="m", data="d")
+        with pytest.raises(SystemExit) as e:
+            stage(main)(compose_cfg(overrides))
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and says in err and err.count("\n") == 1, err
+
+
 def test_the_readout_defaults_agree_with_the_readout_heads_own():
     """conf/readout/default.yaml and head=linear / head=probe each spell layer 20, last: they must agree."""
     base = OmegaConf.to_container(compose_cfg(["head=egtp"]).readout, resolve=True)
