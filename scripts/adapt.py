@@ -15,25 +15,18 @@ default). See lengthpred/online/experiment.py for the columns.
 
 from __future__ import annotations
 
-import logging
-
 import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.stages.adapt import run_adaptation
-from lengthpred.stages.locations import run_dir
-from lengthpred.tracking import tracked
-
-log = logging.getLogger("lengthpred.adapt")
+from lengthpred.stages.adapt import run_adapt
+from lengthpred.stages.outputs import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    with tracked(cfg, "adapt") as tracker:
-        res = run_adaptation(cfg, run_dir(cfg), tracker=tracker)
-    log.info("adapt: %s", res)
+    run_adapt(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

@@ -14,12 +14,13 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.stages.decode import run_decode_online
+from lengthpred.stages.outputs import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    run_decode_online(cfg)
+    run_decode_online(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

@@ -15,13 +15,13 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.stages.evaluate import run_evaluate
-from lengthpred.tracking import tracked
+from lengthpred.stages.outputs import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    run_evaluate(cfg, tracked)
+    run_evaluate(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

@@ -10,21 +10,18 @@ distribution.features=hs the feature store is extracted first when missing.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.stages.dist import run_dist
-from lengthpred.stages.locations import run_dir
+from lengthpred.stages.dist import run_evaluate_dist
+from lengthpred.stages.outputs import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    run_dist(cfg, run_dir(cfg))
-    print((Path(run_dir(cfg)) / "dist.md").read_text())
+    run_evaluate_dist(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

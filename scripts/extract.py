@@ -16,12 +16,13 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.stages.features import run_extract
+from lengthpred.stages.outputs import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    run_extract(cfg)
+    run_extract(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

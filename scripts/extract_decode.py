@@ -16,12 +16,13 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.stages.decode import run_extract_decode
+from lengthpred.stages.outputs import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    run_extract_decode(cfg)
+    run_extract_decode(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

@@ -7,22 +7,18 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.data.fetch import fetch_all
-from lengthpred.paths import resolve
+from lengthpred.stages.fetch import run_fetch_datasets
+from lengthpred.stages.outputs import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    f = cfg.data.fetch
-    status = fetch_all(resolve(f.dest), f.base_url, only=f.get("only"), timeout_s=float(f.timeout_s))
-    print(f"{dict(Counter(status.values()))} -> {resolve(f.dest)}")
+    run_fetch_datasets(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

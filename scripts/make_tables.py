@@ -13,16 +13,14 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.stages.tables import print_tables, tables_from_config
-from lengthpred.tracking import tracked
+from lengthpred.stages.outputs import run_dir
+from lengthpred.stages.tables import run_make_tables
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    with tracked(cfg, "tables") as tracker:
-        out = tables_from_config(cfg, tracker)
-    print_tables(cfg, out)
+    run_make_tables(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

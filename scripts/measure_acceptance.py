@@ -21,14 +21,15 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.stages.acceptance import measure_acceptance
+from lengthpred.stages.acceptance import run_measure_acceptance
+from lengthpred.stages.outputs import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    measure_acceptance(cfg)
+    run_measure_acceptance(cfg, run_dir(cfg))
 
 
-if __name__ == "__main__":  # the guard vLLM's spawned engine process needs
+if __name__ == "__main__":
     main()

@@ -14,32 +14,15 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from lengthpred.artefacts import COSTS
 from lengthpred.cli import stage
-from lengthpred.costs import write_costs
-from lengthpred.stages.costs import costs_from_config
-from lengthpred.stages.locations import run_dir
-from lengthpred.tracking import tracked
-
-COLUMNS = ["head", "n_parameters", "extraction_overhead_pct", "predict_latency_ms", "update_latency_ms"]
+from lengthpred.stages.costs import run_measure_costs
+from lengthpred.stages.outputs import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    with tracked(cfg, "costs") as tracker:
-        doc = costs_from_config(cfg)
-        path = write_costs(doc, run_dir(cfg) / COSTS)
-        table = [[r.get(c) for c in COLUMNS] for r in doc["rows"]]
-        tracker.log_table("costs", COLUMNS, table)
-    ext = doc["meta"]["extraction"]
-    for r in doc["rows"]:
-        cells = [f"{c}={r[c]:.4g}" for c in COLUMNS[1:] if r.get(c) is not None]
-        print(f"{r['head']:>14s}  {'  '.join(cells)}")
-    used = f"{ext['n_prompts']} prompts × {ext['repeats']} reps" if ext else "none"
-    print(
-        f"costs of {len(doc['rows'])} heads (extraction timing: {used}) in {doc['meta']['seconds']['total']:.1f} s → {path}"
-    )
+    run_measure_costs(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

@@ -12,13 +12,14 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.stages.data import prepare
+from lengthpred.stages.data import run_prepare_data
+from lengthpred.stages.outputs import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    prepare(cfg, force=bool(cfg.get("force", False)))
+    run_prepare_data(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

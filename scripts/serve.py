@@ -30,16 +30,15 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
+from lengthpred.stages.outputs import run_dir
 from lengthpred.stages.serve import run_serve
-from lengthpred.tracking import tracked
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    with tracked(cfg, "serve") as tracker:
-        run_serve(cfg, tracker)
+    run_serve(cfg, run_dir(cfg))
 
 
-if __name__ == "__main__":  # the guard vLLM's engine process would need
+if __name__ == "__main__":
     main()

@@ -22,14 +22,13 @@ from omegaconf import DictConfig
 
 from lengthpred.cli import stage
 from lengthpred.stages.batching import run_static_batching
-from lengthpred.tracking import tracked
+from lengthpred.stages.outputs import run_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    with tracked(cfg, "simulate_batching") as tracker:
-        run_static_batching(cfg, tracker)
+    run_static_batching(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

@@ -10,19 +10,18 @@ refined_results.csv, refined_gains.csv, refined.md and refined.json into the run
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
+from lengthpred.stages.outputs import run_dir
 from lengthpred.stages.refined import run_refined_sched
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    run_refined_sched(cfg, Path(cfg.sched.out_dir))
+    run_refined_sched(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

@@ -19,13 +19,14 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
+from lengthpred.stages.outputs import run_dir
 from lengthpred.stages.spec import run_spec
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    run_spec(cfg)
+    run_spec(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

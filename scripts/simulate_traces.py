@@ -22,15 +22,14 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
+from lengthpred.stages.outputs import run_dir
 from lengthpred.stages.traces import run_traces
-from lengthpred.tracking import tracked
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    with tracked(cfg, "simulate_traces") as tracker:
-        run_traces(cfg, tracker)
+    run_traces(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

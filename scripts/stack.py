@@ -15,18 +15,14 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.stages.locations import run_dir
-from lengthpred.stages.stack import stack_from_config
+from lengthpred.stages.outputs import run_dir
+from lengthpred.stages.stack import run_stack
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    m = stack_from_config(cfg, run_dir(cfg))
-    print(
-        f"{m['head']}: weight {m['weight']:.2f} on {m['heads'][0]} (val spearman {m['val_spearman']:.3f}); "
-        f"test spearman {m.get('spearman')}, mae {m.get('mae')} (n_test {m['n_test']}) → {run_dir(cfg)}"
-    )
+    run_stack(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

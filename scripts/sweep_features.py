@@ -13,18 +13,14 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.stages.locations import run_dir
-from lengthpred.stages.sweep import render, sweep_features
-from lengthpred.tracking import tracked
+from lengthpred.stages.outputs import run_dir
+from lengthpred.stages.sweep import run_sweep_features
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    with tracked(cfg, "sweep") as tracker:
-        df = sweep_features(cfg, run_dir(cfg))
-        tracker.log_table("sweep", list(df.columns), df.astype(str).values.tolist())
-    print(render(df, cfg))
+    run_sweep_features(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

@@ -14,19 +14,14 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.heads.layer_choice import render_choice
-from lengthpred.stages.locations import run_dir
-from lengthpred.stages.readout_sweep import sweep_layers
-from lengthpred.tracking import tracked
+from lengthpred.stages.outputs import run_dir
+from lengthpred.stages.readout_sweep import run_sweep_layers
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    with tracked(cfg, "sweep_layers") as tracker:
-        df, choice = sweep_layers(cfg, run_dir(cfg))
-        tracker.log_table("layers", list(df.columns), df.astype(str).values.tolist())
-    print(render_choice(choice, str(cfg.model.name), str(cfg.data.name)))
+    run_sweep_layers(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

@@ -15,18 +15,14 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.stages.locations import run_dir
-from lengthpred.stages.readout_sweep import pooling_layer, render_poolings, sweep_poolings
-from lengthpred.tracking import tracked
+from lengthpred.stages.outputs import run_dir
+from lengthpred.stages.readout_sweep import run_sweep_poolings
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    with tracked(cfg, "sweep_poolings") as tracker:
-        df, diffs = sweep_poolings(cfg, run_dir(cfg))
-        tracker.log_table("poolings", list(df.columns), df.astype(str).values.tolist())
-    print(render_poolings(df, diffs, cfg, pooling_layer(cfg.sweep)))
+    run_sweep_poolings(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

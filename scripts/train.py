@@ -17,20 +17,14 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
-from lengthpred.stages.locations import run_dir
-from lengthpred.stages.train import train_from_config
-from lengthpred.tracking import tracked
+from lengthpred.stages.outputs import run_dir
+from lengthpred.stages.train import run_train
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    with tracked(cfg, "train") as tracker:
-        m = train_from_config(cfg, run_dir(cfg), tracker=tracker)
-    print(
-        f"{m['head']}: spearman {m['spearman']}, kendall {m['kendall']}, mae {m['mae']} "
-        f"(n_train {m['n_train']}, n_test {m['n_test']}, {m['n_parameters']} parameters) → {run_dir(cfg)}"
-    )
+    run_train(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

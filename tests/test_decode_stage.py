@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.conftest import compose_cfg
@@ -38,14 +39,14 @@ def test_extract_curve_online(tmp_path, demo_splits_dir):
                  "decode.online.pairs=['chat->math']", "decode.online.record_every=12"]
     cfg = compose_cfg(overrides, tmp_path / "run")
     fake_generations(gen, load_prompts(cfg.data)["id"])
-    root = run_extract_decode(cfg)
+    root = run_extract_decode(cfg, tmp_path / "run")
     ds = find_decode(cfg)
     assert ds.root == root and len(ds.ids) == len(load_prompts(cfg.data))
-    out = run_decode_curve(cfg)
+    out = run_decode_curve(cfg, tmp_path / "curve")
     assert {"curve.csv", "curve.md", "curve.png", "chosen.json", "checkpoints.parquet"} <= {
-        p.name for p in out["out"].iterdir()}
-    chosen = json.loads((out["out"] / "chosen.json").read_text())
+        p.name for p in out.iterdir()}
+    chosen = json.loads((out / "chosen.json").read_text())
     assert chosen["best"] in {"linear", "linear_prompt"} and chosen["every"] == 8
-    assert set(out["curve"]["predictor"]) == {"prompt-only", "linear", "linear_prompt"}
-    df = run_decode_online(cfg)
+    assert set(pd.read_csv(out / "curve.csv")["predictor"]) == {"prompt-only", "linear", "linear_prompt"}
+    df = pd.read_csv(run_decode_online(cfg, tmp_path / "run") / "online.csv")
     assert set(df["head"]) == {"frozen", "rls@1", "rls@0.99"} and (tmp_path / "run" / "online.png").is_file()

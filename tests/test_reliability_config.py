@@ -13,8 +13,8 @@ from omegaconf import OmegaConf, open_dict
 from lengthpred.cli import check_fresh_run_dir
 from lengthpred.data.trace import build_from_trace
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.stages.tracking import tracked
 from lengthpred.stages.validate import validate
-from lengthpred.tracking import tracked
 from tests.conftest import CONF_DIR, compose_cfg
 
 

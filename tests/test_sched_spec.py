@@ -308,7 +308,6 @@ def test_scripts_end_to_end_on_a_fake_generator(tmp_path, tokenizer):
         cfg.data.out_dir = str(tmp_path / "splits" / "tiny")
         cfg.sched.spec.path = str(tmp_path / "reference" / "spec_ngram_tiny.parquet")
         cfg.sched.spec.answers_cache = str(tmp_path / "cache")
-        cfg.sched.out_dir = str(tmp_path / "sim")
     seen: dict[str, tuple[list[int], list[int]]] = {}
 
     def fake(items, settings):
@@ -336,7 +335,7 @@ def test_scripts_end_to_end_on_a_fake_generator(tmp_path, tokenizer):
     again = read_records(measure_acceptance(cfg, generate=boom, tokenizer=tokenizer, progress=False))
     assert [a.tolist() for a in again.frame["accepted"]] == [a.tolist() for a in rec.frame["accepted"]]
 
-    out = run_spec(cfg, progress=False)
+    out = run_spec(cfg, tmp_path / "sim", progress=False)
     table = pd.read_csv(out / "spec_table.csv")
     assert set(table["regime"]) == {"measured", "measured-rate", "beta-matched", "beta-7-3"}
     laps = table[table["policy"] == "oracle-laps-sd"]

@@ -63,7 +63,6 @@ def test_engine_that_cannot_start_names_the_venv_and_the_command():
 @pytest.mark.datasets
 def test_serve_script_end_to_end_on_the_fake_engine(tmp_path, demo_splits_dir):
     from lengthpred.stages.serve import run_serve
-    from lengthpred.tracking import Tracker
 
     splits = json.loads((demo_splits_dir / "splits.json").read_text())
     ids = sorted({i for d in splits["indomain"].values() for i in d["test"]})
@@ -75,10 +74,8 @@ def test_serve_script_end_to_end_on_the_fake_engine(tmp_path, demo_splits_dir):
                        f"serve.predictor.predictions_path={tmp_path / 'predictions.parquet'}", "serve.n_requests=12",
                        "serve.seeds=[0]", "serve.loads=[0.9]", "serve.calibration_requests=8", "serve.fit_skip=0",
                        "serve.engine.max_num_seqs=3", "serve.plots=true"])
-    with open_dict(cfg):
-        cfg.serve.out_dir = str(tmp_path / "out")
-    run_serve(cfg, Tracker(None))
-    out = tmp_path / "out"
+    out = run_serve(cfg, tmp_path / "out")
+    assert out == tmp_path / "out"
     for f in ("serve_runs.csv", "serve_results.csv", "serve_gains.csv", "serve_fidelity.csv", "profile.json",
               "serve_requests.parquet", "serve_steps.parquet", "serve_latency_cdf.png", "serve_queue.png",
               "calibration_steps.parquet", "fidelity_in_sample_summary.csv", "step_residuals.csv", "serve.json"):
@@ -92,9 +89,7 @@ def test_serve_script_end_to_end_on_the_fake_engine(tmp_path, demo_splits_dir):
     # the stored run replayed by the simulator alone (serve.resimulate) gives the same simulated side
     with open_dict(cfg):
         cfg.serve.resimulate = str(out)
-        cfg.serve.out_dir = str(tmp_path / "again")
-    run_serve(cfg, Tracker(None))
-    again = tmp_path / "again"
+    again = run_serve(cfg, tmp_path / "again")
     fid2 = pd.read_csv(again / "serve_fidelity.csv")
     pd.testing.assert_frame_equal(fid2[fid.columns], fid, check_exact=False, rtol=1e-9)
     runs, runs2 = (pd.read_csv(d / "serve_runs.csv").sort_values(["hardware", "policy", "load", "seed", "metric"])

@@ -19,11 +19,12 @@ metric: real, sim, signed and absolute error), `residuals` (step-time model vs m
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -40,6 +41,7 @@ from lengthpred.serve.priority import AGING_WEIGHT, by_sim_policy, get_policy
 from lengthpred.serve.profile_fit import ProfileFit, fit_profile
 from lengthpred.serve.replay import STEP_COLUMNS, RunLog, replay
 from lengthpred.serve.workload import PromptPool, draw_requests, make_requests, unit_arrivals
+from lengthpred.settings import settings_from
 
 log = logging.getLogger("lengthpred.serve")
 KEYS = ["policy", "predictor", "load", "seed"]  # of one run
@@ -65,6 +67,21 @@ class ServeSettings:
     aging_weight: float = AGING_WEIGHT  # the aging policies' weight (tokens² per second)
     natural_cap: int | None = None  # natural answers (serve.answers=natural): every request's max_tokens
     sim: dict[str, Any] = field(default_factory=dict)
+
+    # keys of the `serve` group the stage reads itself (the engine, the predictor, where prompts and arrivals
+    # come from, the plots) or hands over in another shape (`from_mapping`'s `values`): no field of these settings
+    STAGE_KEYS: ClassVar[tuple[str, ...]] = (
+        "name", "engine", "predictor", "split", "length_cap", "answers", "natural_max_tokens", "starvation",
+        "arrival_cv", "trace_name", "trace_path", "slo", "calibration_check", "drift_bound", "profile_path",
+        "resimulate", "plots")
+
+    @classmethod
+    def from_mapping(cls, serve: Mapping[str, Any], **values: Any) -> ServeSettings:
+        """From the (resolved) `serve` group: its keys that are fields, with `values` (the fields the stage derives:
+        data, cv, trace, slo, natural_cap, the checks); `STAGE_KEYS` left out, any other key an error."""
+        s = settings_from(cls, serve, group="serve", skip=cls.STAGE_KEYS, **values)
+        return dataclasses.replace(s, loads=[float(x) for x in s.loads], seeds=[int(x) for x in s.seeds],
+                                   policies=[str(x) for x in s.policies], sim=dict(s.sim or {}))
 
 
 @dataclass

@@ -150,3 +150,9 @@ def measure_acceptance(cfg: DictConfig, *, generate: Generate | None = None, tok
                               sa.by_domain(stats)))
     print(f"wrote {path} ({len(frame)} answers)")
     return path
+
+
+def run_measure_acceptance(cfg: DictConfig, out: str | Path) -> Path:
+    """The acceptance stage (`out`: its run folder): `measure_acceptance` with the configured backend. Returns
+    the acceptance file."""
+    return measure_acceptance(cfg)

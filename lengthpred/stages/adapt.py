@@ -7,13 +7,14 @@ badly on a busy small machine (measured here: a 577×577 Cholesky took seconds).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from threadpoolctl import threadpool_limits
 
 from lengthpred.data import load_prompts, load_splits
@@ -24,6 +25,7 @@ from lengthpred.online.rls import RLSRegressor
 from lengthpred.online.stream import HeadSpec
 from lengthpred.stages.features import ensure_features
 from lengthpred.stages.targets import load_targets
+from lengthpred.stages.tracking import tracked
 from lengthpred.targets import target_frame
 
 
@@ -100,3 +102,11 @@ def run_adaptation(cfg: Any, out_dir: str | Path, *, splits: Mapping[str, Any] |
             config=_plain(ocfg), tracker=tracker,
         )
 
+
+def run_adapt(cfg: DictConfig, out: str | Path) -> Path:
+    """The adapt stage (scripts/adapt.py): every cross-domain pair streamed through RLS and its baselines into
+    `out`, logged to W&B. Returns the folder."""
+    with tracked(cfg, "adapt") as tracker:
+        res = run_adaptation(cfg, out, tracker=tracker)
+    logging.getLogger("lengthpred.adapt").info("adapt: %s", res)
+    return Path(out)

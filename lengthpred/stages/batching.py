@@ -25,16 +25,17 @@ from lengthpred.sched.core.hardware import get_profile
 from lengthpred.sched.traces.plots import plot_padding
 from lengthpred.sched.traces.windows import trace_windows
 from lengthpred.stages.head_pool import source_head_pool
+from lengthpred.stages.tracking import tracked
 
 log = logging.getLogger("lengthpred")
 
 
-def run_static_batching(cfg: DictConfig, tracker: Any) -> Path:
+def static_batching_into(cfg: DictConfig, out: str | Path, tracker: Any) -> Path:
     """Static batches of `sched.batching.batch_sizes` on each workload: writes batching_runs.csv,
     batching_results.csv, batching_spearman.csv, batching.md, batching.json and padding_B<B>.png into
-    `sched.out_dir` and prints the table. Returns the folder."""
+    `out` and prints the table. Returns the folder."""
     sc, b, t = cfg.sched, cfg.sched.batching, cfg.sched.traces
-    out = Path(sc.out_dir)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in b.seeds]
     sizes = [int(x) for x in b.batch_sizes]
@@ -78,3 +79,9 @@ def run_static_batching(cfg: DictConfig, tracker: Any) -> Path:
     print(table)
     print(f"wrote {out}/batching_results.csv (+ runs, table, plots)")
     return out
+
+
+def run_static_batching(cfg: DictConfig, out: str | Path) -> Path:
+    """The simulate_batching stage (scripts/simulate_batching.py): `static_batching_into(cfg, out, tracker)` with its W&B run. Returns the folder."""
+    with tracked(cfg, "simulate_batching") as tracker:
+        return static_batching_into(cfg, out, tracker)

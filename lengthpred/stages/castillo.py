@@ -49,6 +49,7 @@ from lengthpred.models import load_tokenizer
 from lengthpred.paths import resolve
 from lengthpred.stages.features import ensure_features, feature_settings
 from lengthpred.stages.heads import check_features_config, feature_name, head_config
+from lengthpred.stages.tracking import tracked
 
 log = logging.getLogger("lengthpred.crossmodel")
 
@@ -271,3 +272,24 @@ def _report(cfg: DictConfig, union: PromptUnion, results: pd.DataFrame, fits: pd
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(w, dst)
     return written
+
+
+def run_castillo_stage(cfg: DictConfig, out: str | Path) -> Path:
+    """The castillo stage (scripts/castillo.py): `run_castillo` into `out`, logged to W&B; prints T7's summary
+    and what the union missed. Returns the folder."""
+    out = Path(out)
+    with tracked(cfg, "castillo") as tracker:
+        s = run_castillo(cfg, out)
+        tracker.summary({f"seconds/{k}": v for k, v in s["seconds"].items()})
+    print((out / "tables" / "T7_summary.md").read_text(encoding="utf-8"))
+    u = s["union"]
+    if u["missing_by_design"]:
+        print(f"not in CASTILLO (reported as 'no file'): {', '.join(u['missing_by_design'])}")
+    for m in u["missing"]:
+        print(f"warning: missing {m}")
+    if u["bad_input_skipped"]:
+        print(f"bad rows skipped: {u['bad_input_skipped']}")
+    for w in s["coverage_warnings"]:
+        print(f"warning: {w}")
+    print(f"{s['n_prompts_run']} of {s['n_prompts_union']} union prompts; stage seconds {s['seconds']}")
+    return out

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from lengthpred.artefacts import COSTS
+from lengthpred.costs import write_costs
 from lengthpred.costs.measure import PREFILL_KINDS, CostSettings, OnlineCosts, Sample, measure_costs
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.errors import ConfigError, DataError, LengthpredError
@@ -24,8 +27,11 @@ from lengthpred.stages.features import feature_dir, feature_settings, run_stores
 from lengthpred.stages.heads import feature_need
 from lengthpred.stages.locations import online_summary
 from lengthpred.stages.runs import find_head_runs
+from lengthpred.stages.tracking import tracked
 
 log = logging.getLogger(__name__)
+# the columns printed and logged per head
+COLUMNS = ["head", "n_parameters", "extraction_overhead_pct", "predict_latency_ms", "update_latency_ms"]
 
 
 def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
@@ -111,3 +117,21 @@ def _feature_stores(configs: Sequence[Any], prompts: Any, ids: Sequence[str]) ->
         except LengthpredError as e:  # incomplete (being extracted) or lacking these prompts
             log.warning("costs: feature store %s skipped: %s", root, e)
     return FeatureStores(sets) if sets else None
+
+
+def run_measure_costs(cfg: DictConfig, out: str | Path) -> Path:
+    """The costs stage (scripts/measure_costs.py): every trained head's costs into `out`/costs.json, logged to
+    W&B and printed a head per line. Returns the file."""
+    with tracked(cfg, "costs") as tracker:
+        doc = costs_from_config(cfg)
+        path = write_costs(doc, Path(out) / COSTS)
+        tracker.log_table("costs", COLUMNS, [[r.get(c) for c in COLUMNS] for r in doc["rows"]])
+    ext = doc["meta"]["extraction"]
+    for r in doc["rows"]:
+        cells = [f"{c}={r[c]:.4g}" for c in COLUMNS[1:] if r.get(c) is not None]
+        print(f"{r['head']:>14s}  {'  '.join(cells)}")
+    used = f"{ext['n_prompts']} prompts × {ext['repeats']} reps" if ext else "none"
+    print(
+        f"costs of {len(doc['rows'])} heads (extraction timing: {used}) in {doc['meta']['seconds']['total']:.1f} s → {path}"
+    )
+    return path

@@ -23,3 +23,11 @@ def prepare(cfg: Any, force: bool = False) -> Path:
     out = build.prepare(cfg.data, reference=reference_trace(cfg), force=force)
     declare_outputs(cfg, out)
     return out
+
+
+def run_prepare_data(cfg: Any, out: str | Path) -> Path:
+    """The data stage (`out`: its run folder; the set it builds under data/ is declared in the config's run
+    folder, `paths.output_dir`, the same folder when a script calls it; `force=true` rebuilds). Returns the
+    prepared set's folder."""
+    return prepare(cfg, force=bool(cfg.get("force", False)))
+

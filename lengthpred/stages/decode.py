@@ -38,7 +38,7 @@ from lengthpred.heads.assemble import indomain_ids
 from lengthpred.models.serving import load_causal_lm
 from lengthpred.paths import resolve
 from lengthpred.stages.features import launcher_shard
-from lengthpred.stages.locations import data_dir, generations_dir, run_dir
+from lengthpred.stages.locations import data_dir, generations_dir
 from lengthpred.stages.outputs import declare_outputs
 from lengthpred.stages.shards import parse_shard
 
@@ -87,8 +87,8 @@ def decode_dir(cfg: Any, prompts: Any, answers: dict[str, Answer], settings: Dec
     return data_dir(cfg) / "decode" / str(cfg.model.name) / key
 
 
-def run_extract_decode(cfg: DictConfig) -> Path:
-    """The states of this config's answers (`shard`, or the launcher's rank); prints the store's size once complete."""
+def run_extract_decode(cfg: DictConfig, out: str | Path) -> Path:
+    """The extract_decode stage (`out`: its run folder; the store it writes under data/ is declared in the config's run folder, `paths.output_dir`, which is `out` when a script calls it): the states of this config's answers (`shard`, or the launcher's rank); prints the store's size once complete."""
     settings = decode_settings(cfg)  # a bad decode config fails before the model or data load
     with open_dict(cfg):
         cfg.shard = launcher_shard(cfg)
@@ -121,8 +121,8 @@ def find_decode(cfg: Any) -> DecodeSet:
     return load_decode(root)
 
 
-def run_decode_curve(cfg: DictConfig) -> dict[str, Any]:
-    """Fit on train, choose on val, score on test; write curve.csv, curve.md, curve.png, chosen.json and
+def run_decode_curve(cfg: DictConfig, out: str | Path) -> Path:
+    """Fit on train, choose on val, score on test; write into `out` curve.csv, curve.md, curve.png, chosen.json and
     checkpoints.parquet (every test answer's predictions at each checkpoint: scripts/simulate_refined.py)."""
     c = OmegaConf.to_container(cfg.decode.curve, resolve=True)
     ds = find_decode(cfg)
@@ -130,7 +130,7 @@ def run_decode_curve(cfg: DictConfig) -> dict[str, Any]:
     curve = fit_curve(ds, ids, c["heads"], c["at"], floor=float(c["floor"]), n_folds=int(c["n_folds"]),
                       prompt_select=c.get("prompt_select"))
     df = score_curve(curve, c["at"], n_boot=int(c["n_boot"]), seed=int(cfg.seed), confidence=float(c["confidence"]))
-    out = run_dir(cfg)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "curve.csv", index=False)
     title = (f"{cfg.model.name} on {cfg.data.name}: remaining length from layer {ds.manifest['layer']}, "
@@ -145,11 +145,11 @@ def run_decode_curve(cfg: DictConfig) -> dict[str, Any]:
                                                 indent=1, default=str))
     print(markdown_table(df))
     print(f"→ {out}")
-    return {"curve": df, "chosen": curve.chosen, "out": out}
+    return out
 
 
-def run_decode_online(cfg: DictConfig) -> pd.DataFrame:
-    """RLS adaptation of the decode readout per cross-domain pair of splits.json; writes online.csv (every pair's
+def run_decode_online(cfg: DictConfig, out: str | Path) -> Path:
+    """RLS adaptation of the decode readout per cross-domain pair of splits.json; writes into `out` online.csv (every pair's
     curve), online.md (the mean over pairs at the start and the end of the stream) and online.png."""
     c = OmegaConf.to_container(cfg.decode.online, resolve=True)
     at = list(cfg.decode.curve.at)
@@ -166,7 +166,7 @@ def run_decode_online(cfg: DictConfig) -> pd.DataFrame:
         frames.append(df.assign(pair=p["name"]))
         log.info("decode online %s: %s", p["name"], df[df["n_seen"] == df["n_seen"].max()].to_dict("records"))
     df = pd.concat(frames, ignore_index=True)
-    out = run_dir(cfg)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "online.csv", index=False)
     last = df.groupby("pair")["n_seen"].transform("max") == df["n_seen"]
@@ -180,4 +180,4 @@ def run_decode_online(cfg: DictConfig) -> pd.DataFrame:
     plot_adaptation(df, out / "online.png", title)
     print(table.to_string())
     print(f"→ {out}")
-    return df
+    return out

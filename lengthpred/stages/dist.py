@@ -219,3 +219,10 @@ def run_dist(cfg: Any, out_dir: str | Path, log: Any = print) -> dict[str, pd.Da
         "\n\n" + m for m in (sched_md, adapt_md) if m) + "\n")
     pit_figure(pit, out / "dist_pit.png", title=f"{info['data']}: PIT of one sampled length ({feature})")
     return result
+
+
+def run_evaluate_dist(cfg: Any, out: str | Path) -> Path:
+    """The evaluate_dist stage (scripts/evaluate_dist.py): `run_dist` into `out`; prints dist.md. Returns the folder."""
+    run_dist(cfg, out)
+    print((Path(out) / "dist.md").read_text())
+    return Path(out)

@@ -6,10 +6,7 @@ for the noise ceiling and splits.json for shift sizes; writes `eval.results_file
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,6 +17,7 @@ from lengthpred.paths import resolve
 from lengthpred.stages.locations import splits_json
 from lengthpred.stages.provenance import provenance_of
 from lengthpred.stages.targets import prompt_samples
+from lengthpred.stages.tracking import tracked
 
 
 def eval_settings(cfg: DictConfig) -> EvalSettings:
@@ -30,9 +28,10 @@ def eval_settings(cfg: DictConfig) -> EvalSettings:
     return EvalSettings.from_mapping(plain)
 
 
-def run_evaluate(cfg: DictConfig, tracked: Callable[[DictConfig, str], AbstractContextManager[Any]]) -> Path:
-    """Score `eval.input_dir` into `eval.results_file`, logged to a `tracked(cfg, "evaluate")` run (opened
-    once the noise ceiling's inputs are read, closed before the summary line is printed). Returns the file."""
+def run_evaluate(cfg: DictConfig, out: str | Path) -> Path:
+    """The evaluate stage (`out`: its run folder): score `eval.input_dir` into `eval.results_file` (the
+    experiment's, which every later stage reads), logged to W&B (opened once the noise ceiling's inputs are
+    read, closed before the summary line is printed). Returns the results file."""
     e = cfg.eval
     settings = eval_settings(cfg)
     reference = resolve(e.reference) if e.reference else None

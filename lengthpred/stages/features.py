@@ -151,8 +151,8 @@ def launcher_shard(cfg: DictConfig) -> str:
     return cfg.shard or "0/1"
 
 
-def run_extract(cfg: DictConfig) -> Path:
-    """The extract stage: this config's features for its data (`shard`, or the launcher's rank), printed
+def run_extract(cfg: DictConfig, out: str | Path) -> Path:
+    """The extract stage (`out`: its run folder; the store it writes under data/ is declared in the config's run folder, `paths.output_dir`, which is `out` when a script calls it): this config's features for its data (`shard`, or the launcher's rank), printed
     with the store's size once complete. Returns the store folder."""
     feature_settings(cfg)  # a bad features config fails before the model or data load
     with open_dict(cfg):

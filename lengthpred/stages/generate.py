@@ -16,6 +16,7 @@ from lengthpred.generate.settings import GenerationSettings
 from lengthpred.stages.locations import generations_dir, reference_path
 from lengthpred.stages.outputs import declare_outputs
 from lengthpred.stages.shards import parse_shard
+from lengthpred.stages.targets import export_reference
 
 log = logging.getLogger(__name__)
 
@@ -61,3 +62,23 @@ def merge_committed_parts(cfg: Any, prompts: Any, settings: GenerationSettings, 
         return None
     meta = {**manifest, "settings_hash": settings.settings_hash(), "rejected": rejected}
     return reference_parts.merge_parts(folder, expected, settings.hashed(), reference_path(cfg), meta)
+
+
+def run_generate(cfg: Any, out: str | Path) -> Path:
+    """The generate stage (`out`: its run folder; the generations it writes under data/ are declared in the config's run folder, `paths.output_dir`, which is `out` when a script calls it): this shard's
+    answers, merged once every shard is done, the reference trace exported when asked; prints what it did.
+    Returns the generations folder."""
+    s = generate_from_cfg(cfg)
+    print(
+        f"generate: {s.n_prompts} prompts in shard {cfg.shard}, {s.n_generated} generated now "
+        f"({s.new_tokens} tokens, {s.tokens_per_s:.1f} tok/s), {s.n_rejected} rejected, "
+        f"{s.n_truncated} truncated; {'merged' if s.merged else 'not merged yet'} at {s.root}"
+    )
+    for what, counts in (("rejected", s.rejected_by_domain), ("truncated", s.truncated_by_domain)):
+        if counts:
+            print(f"generate: {what} per domain: " + ", ".join(f"{d} {n}" for d, n in sorted(counts.items())))
+    if s.reference is not None:
+        print(f"generate: reference trace merged from its parts into {s.reference}")
+    elif cfg.generate.export_reference and s.merged and not cfg.generate.commit_parts:
+        print(f"generate: reference trace written to {export_reference(cfg)}")
+    return Path(s.root)

@@ -35,11 +35,6 @@ def experiment_dir(cfg: Any) -> Path:
     return resolve(str(cfg.paths.experiment_dir))
 
 
-def run_dir(cfg: Any) -> Path:
-    """This run's own folder (`paths.output_dir`)."""
-    return Path(str(cfg.paths.output_dir))
-
-
 def data_dir(cfg: Any) -> Path:
     return resolve(str(cfg.paths.data_dir))
 

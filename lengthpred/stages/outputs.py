@@ -21,6 +21,11 @@ from lengthpred.integrity import atomic_write_text
 OUTPUTS = "_outputs.json"
 
 
+def run_dir(cfg: Any) -> Path:
+    """This run's own folder (`paths.output_dir`): the `out` every stage script hands its stage."""
+    return Path(str(cfg.paths.output_dir))
+
+
 def read_outputs(run_dir: Path) -> list[str]:
     """The paths a run declared (none when it declared none or the file is damaged)."""
     try:

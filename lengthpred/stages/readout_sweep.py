@@ -24,6 +24,7 @@ from lengthpred.eval.plots import layer_curves
 from lengthpred.heads import layer_choice, pooling_table
 from lengthpred.heads.sweep import fit_cell, fit_cells, grid
 from lengthpred.stages.sweep import sweep_inputs
+from lengthpred.stages.tracking import tracked
 
 
 def _out(out_dir: str | Path) -> Path:
@@ -92,3 +93,23 @@ def render_poolings(df: pd.DataFrame, diffs: pd.DataFrame, cfg: Any, layer: int)
     """The pooling × head Markdown for this config's model and data."""
     return pooling_table.render(df, diffs, model=str(cfg.model.name), data=str(cfg.data.name), layer=layer,
                                 reference_head=str(cfg.sweep.reference_head), poolings=list(cfg.sweep.poolings))
+
+
+def run_sweep_layers(cfg: Any, out: str | Path) -> Path:
+    """The layer sweep (scripts/sweep_layers.py): `sweep_layers` into `out`, logged to W&B, the validation
+    choice printed. Returns the folder."""
+    with tracked(cfg, "sweep_layers") as tracker:
+        df, choice = sweep_layers(cfg, out)
+        tracker.log_table("layers", list(df.columns), df.astype(str).values.tolist())
+    print(layer_choice.render_choice(choice, str(cfg.model.name), str(cfg.data.name)))
+    return Path(out)
+
+
+def run_sweep_poolings(cfg: Any, out: str | Path) -> Path:
+    """The pooling sweep (scripts/sweep_poolings.py): `sweep_poolings` into `out`, logged to W&B and printed.
+    Returns the folder."""
+    with tracked(cfg, "sweep_poolings") as tracker:
+        df, diffs = sweep_poolings(cfg, out)
+        tracker.log_table("poolings", list(df.columns), df.astype(str).values.tolist())
+    print(render_poolings(df, diffs, cfg, pooling_layer(cfg.sweep)))
+    return Path(out)

@@ -55,12 +55,13 @@ from lengthpred.serve.predictor import (
     OnlineReadout,
     TablePredictor,
 )
-from lengthpred.serve.priority import AGING_WEIGHT, DIST_POLICIES, POLICIES
+from lengthpred.serve.priority import DIST_POLICIES, POLICIES
 from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict, with_limits
 from lengthpred.serve.replay import RunLog
 from lengthpred.serve.vllm_engine import VLLMEngine
 from lengthpred.serve.workload import PromptPool, build_pool
 from lengthpred.stages.targets import load_targets
+from lengthpred.stages.tracking import tracked
 
 log = logging.getLogger("lengthpred.serve")
 
@@ -75,6 +76,7 @@ def _predicting(policies: Any) -> list[str]:
 
 
 def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
+    """The serve group's settings, after every check a bad combination of its keys needs (one line each)."""
     sc = cfg.serve
     trace = arrival_trace(cfg) if sc.arrival == "trace" else None
     bad = [p for p in sc.policies if p not in POLICIES]
@@ -103,15 +105,9 @@ def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
         raise ConfigError("a live predictor runs on the wall clock: set serve.engine.fake_clock=wall with the fake engine")
     if not sc.loads or min(sc.loads) <= 0:
         raise ConfigError(f"serve.loads={list(sc.loads)}: need positive fractions of capacity")
-    natural_cap = natural_answers_cap(sc)
-    return ServeSettings(
-        loads=[float(x) for x in sc.loads], seeds=[int(x) for x in sc.seeds], n_requests=int(sc.n_requests),
-        policies=list(sc.policies), data=str(cfg.data.name), arrival=str(sc.arrival), cv=float(sc.arrival_cv),
-        trace=trace, slo=slo_from_cfg(sc),
-        calibration_requests=int(sc.calibration_requests), horizon_factor=float(sc.horizon_factor),
-        fit_skip=int(sc.fit_skip), sim=dict(OmegaConf.to_container(sc.sim, resolve=True) or {}),
-        aging_weight=float(sc.get("aging_weight", AGING_WEIGHT)), natural_cap=natural_cap, **checks_from_cfg(sc),
-    )
+    return ServeSettings.from_mapping(
+        OmegaConf.to_container(sc, resolve=True), data=str(cfg.data.name), cv=float(sc.arrival_cv), trace=trace,
+        slo=slo_from_cfg(sc), natural_cap=natural_answers_cap(sc), **checks_from_cfg(sc))
 
 
 def arrival_trace(cfg: DictConfig) -> list[float]:
@@ -387,13 +383,13 @@ def load_profile_fit(path: str | Path) -> ProfileFit:
                       float(d.get("rel_rmse", "nan")), float(d.get("mean_step_s", "nan")))
 
 
-def run_serve(cfg: DictConfig, tracker: Any) -> Path:
+def serve_into(cfg: DictConfig, out: str | Path, tracker: Any) -> Path:
     """Replay the prompt pool on the engine under every policy, load and repeat, check the simulator against
-    it, write the tables, fidelity, requests, steps, profile and plots into `serve.out_dir` (schemas in
+    it, write the tables, fidelity, requests, steps, profile and plots into `out` (schemas in
     lengthpred/serve/experiment.py) and print them. Returns the folder. `serve.resimulate=<a serve run's
     folder>` starts no engine: that run's measurements are replayed by the current simulator instead."""
     sc = cfg.serve
-    out = Path(sc.out_dir)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if sc.get("resimulate"):
         res, settings, name, limits = resimulated(Path(sc.resimulate), slo=slo_from_cfg(sc), checks=checks_from_cfg(sc))
@@ -432,7 +428,9 @@ def resimulated(run_dir: Path, slo: SLO | None = None, checks: dict[str, Any] | 
     meta = json.loads((run_dir / "serve.json").read_text())
     runs = pd.read_csv(run_dir / "serve_runs.csv")
     data = str(runs["data"].iloc[0]) if len(runs) else "unknown"
-    settings = settings_from_cfg(OmegaConf.create({"serve": meta["config"], "data": {"name": data}}))
+    # runs stored before the stage protocol also hold their run folder (`out_dir`), which is no setting
+    stored = {k: v for k, v in meta["config"].items() if k != "out_dir"}
+    settings = settings_from_cfg(OmegaConf.create({"serve": stored, "data": {"name": data}}))
     if slo is not None:
         settings.slo = slo
     for k, v in (checks or {}).items():
@@ -540,3 +538,9 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     print(f"\nstep-time model vs measured (calibration profile):\n{res.residuals.to_string(index=False)}")
     print(f"\nwrote {out}/serve_results.csv (+ runs, gains, fidelity, requests, steps, profile, plots)")
     return out
+
+
+def run_serve(cfg: DictConfig, out: str | Path) -> Path:
+    """The serve stage (scripts/serve.py): `serve_into(cfg, out, tracker)` with its W&B run. Returns the folder."""
+    with tracked(cfg, "serve") as tracker:
+        return serve_into(cfg, out, tracker)

@@ -20,8 +20,9 @@ from lengthpred.sched.sweep import sources
 from lengthpred.sched.sweep.plots import plot_gain_and_starvation
 from lengthpred.sched.sweep.pool import LengthSource
 from lengthpred.stages.head_pool import has_predictions, load_head_pool
+from lengthpred.stages.tracking import tracked
 
-__all__ = ["load_source", "pool_stats", "run_simulate"]
+__all__ = ["load_source", "pool_stats", "run_simulate", "simulate_into"]
 
 log = logging.getLogger("lengthpred")
 
@@ -71,11 +72,11 @@ def pool_stats(src: LengthSource) -> dict:
             "prompt_tokens_max": int(np.max(src.prompt))}
 
 
-def run_simulate(cfg: DictConfig, tracker: Any) -> Path:
-    """Policies × predictors × loads on `sched.hardware`: writes the T5 inputs into `sched.out_dir` (schemas in
+def simulate_into(cfg: DictConfig, out: str | Path, tracker: Any) -> Path:
+    """Policies × predictors × loads on `sched.hardware`: writes the T5 inputs into `out` (schemas in
     lengthpred/sched/sweep/experiment.py), logs them to `tracker` and prints a small T5. Returns the folder."""
     sc = cfg.sched
-    out = Path(sc.out_dir)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     profile = get_profile(sc.hardware, OmegaConf.to_container(sc.hardware_overrides))
     policies = ex.parse_policies(OmegaConf.to_container(sc.policies))
@@ -132,3 +133,9 @@ def run_simulate(cfg: DictConfig, tracker: Any) -> Path:
     print("\n" + ex.short_t5(summary, gains))
     print(f"wrote {out / SCHED_RESULTS} (+ runs, gains, latencies, plot)")
     return out
+
+
+def run_simulate(cfg: DictConfig, out: str | Path) -> Path:
+    """The simulate stage (scripts/simulate.py): `simulate_into(cfg, out, tracker)` with its W&B run. Returns the folder."""
+    with tracked(cfg, "simulate") as tracker:
+        return simulate_into(cfg, out, tracker)

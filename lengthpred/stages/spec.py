@@ -29,11 +29,11 @@ def head_predictions(path: str) -> dict[str, dict[str, float]]:
             for h, g in df.groupby("head")}
 
 
-def run_spec(cfg: DictConfig, progress: bool = True) -> Path:
+def run_spec(cfg: DictConfig, out: str | Path, progress: bool = True) -> Path:
     """Every policy × acceptance regime × load on the measured answers: writes the spec tables, acceptance
-    summaries and figure into `sched.out_dir` and prints them. Returns the folder."""
+    summaries and figure into `out` and prints them. Returns the folder."""
     sc = cfg.sched.spec
-    out = Path(cfg.sched.out_dir)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     records = read_records(sc.path)
     preds = head_predictions(sc.predictions_path) if sc.predictions_path else None

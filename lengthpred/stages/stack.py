@@ -146,3 +146,14 @@ def stack_from_config(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         info.get("spearman"),
     )
     return metrics
+
+
+def run_stack(cfg: DictConfig, out: str | Path) -> Path:
+    """The stack stage (scripts/stack.py): `stack_from_config` into `out`, its weight and scores printed.
+    Returns the folder."""
+    m = stack_from_config(cfg, out)
+    print(
+        f"{m['head']}: weight {m['weight']:.2f} on {m['heads'][0]} (val spearman {m['val_spearman']:.3f}); "
+        f"test spearman {m.get('spearman')}, mae {m.get('mae')} (n_test {m['n_test']}) → {out}"
+    )
+    return Path(out)

@@ -17,6 +17,7 @@ from lengthpred.names import FeatureKey
 from lengthpred.stages.features import ensure_features, feature_settings
 from lengthpred.stages.heads import check_features_config, head_config
 from lengthpred.stages.targets import load_targets
+from lengthpred.stages.tracking import tracked
 from lengthpred.targets import target_frame
 
 
@@ -55,3 +56,13 @@ def sweep_features(cfg: Any, out_dir: str | Path) -> pd.DataFrame:
 def render(df: pd.DataFrame, cfg: Any) -> str:
     """The sweep's Markdown table for this config's model and data."""
     return render_rows(df, str(cfg.model.name), str(cfg.data.name))
+
+
+def run_sweep_features(cfg: Any, out: str | Path) -> Path:
+    """The sweep stage (scripts/sweep_features.py): `sweep_features` into `out`, logged to W&B and printed.
+    Returns the folder."""
+    with tracked(cfg, "sweep") as tracker:
+        df = sweep_features(cfg, out)
+        tracker.log_table("sweep", list(df.columns), df.astype(str).values.tolist())
+    print(render(df, cfg))
+    return Path(out)

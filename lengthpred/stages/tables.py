@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from lengthpred.eval.report import TableOutputs, make_tables
 from lengthpred.paths import resolve
 from lengthpred.stages import locations
+from lengthpred.stages.tracking import tracked
 
 
 def tables_from_config(cfg: DictConfig, tracker: Any) -> TableOutputs:
@@ -54,3 +55,12 @@ def print_tables(cfg: DictConfig, out: TableOutputs) -> None:
             print(f"{key}: no inputs for this table yet\n")
     where = Path(resolve(e.tables_dir))
     print(f"tables: {', '.join(sorted(out.tables))} and {len(out.plots)} plots under {where}")
+
+
+def run_make_tables(cfg: DictConfig, out: str | Path) -> Path:
+    """The tables stage (`out`: its run folder): T1–T6 and plots into `eval.tables_dir`, logged to W&B, the
+    tables of `eval.print` printed. Returns the tables folder."""
+    with tracked(cfg, "tables") as tracker:
+        tables = tables_from_config(cfg, tracker)
+    print_tables(cfg, tables)
+    return Path(resolve(cfg.eval.tables_dir))

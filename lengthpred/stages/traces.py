@@ -19,6 +19,7 @@ from lengthpred.sched.traces import report as tr
 from lengthpred.sched.traces.plots import plot_quality_curves
 from lengthpred.sched.traces.windows import TraceWindow, trace_windows, window_stats
 from lengthpred.stages.head_pool import source_head_pool
+from lengthpred.stages.tracking import tracked
 
 log = logging.getLogger("lengthpred")
 
@@ -47,12 +48,12 @@ def windows(cfg: DictConfig, seeds: list[int]) -> tuple[dict[str, list[TraceWind
     return out, bad
 
 
-def run_traces(cfg: DictConfig, tracker: Any) -> Path:
+def traces_into(cfg: DictConfig, out: str | Path, tracker: Any) -> Path:
     """Every policy on each trace's windows at `sched.traces.loads`: writes the trace tables, curves and plots
-    into `sched.out_dir` (schemas in lengthpred/sched/traces/experiment.py) and prints the window and needed-Spearman
+    into `out` (schemas in lengthpred/sched/traces/experiment.py) and prints the window and needed-Spearman
     tables. Returns the folder."""
     t = cfg.sched.traces
-    out = Path(cfg.sched.out_dir)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     profile = get_profile(t.hardware)
     policies = ex.parse_policies(OmegaConf.to_container(t.policies))
@@ -92,3 +93,9 @@ def run_traces(cfg: DictConfig, tracker: Any) -> Path:
     print("\n" + needed_md)
     print(f"wrote {out}/trace_results.csv (+ gains, predictors, windows, quality curve, tables, plots)")
     return out
+
+
+def run_traces(cfg: DictConfig, out: str | Path) -> Path:
+    """The simulate_traces stage (scripts/simulate_traces.py): `traces_into(cfg, out, tracker)` with its W&B run. Returns the folder."""
+    with tracked(cfg, "simulate_traces") as tracker:
+        return traces_into(cfg, out, tracker)

@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lengthpred.stages.validate import logger_mode
+from lengthpred.errors import ConfigError
 
 log = logging.getLogger(__name__)
+LOGGER_MODES = ("offline", "online", "disabled")
+WANDB_MODES = {"offline": "offline", "dryrun": "offline", "online": "online", "run": "online",
+               "disabled": "disabled"}
+
+
+def logger_mode(lcfg: Mapping[str, Any] | None) -> str:
+    """The W&B mode a run uses: `logger.mode` (no logger group: disabled), overridden by `WANDB_MODE` (W&B's
+    own variable) unless the config turned tracking off; `WANDB_MODE=disabled` always turns it off."""
+    mode = (lcfg or {}).get("mode", "disabled")
+    if mode not in LOGGER_MODES:
+        raise ConfigError(f"logger.mode={mode!r}: must be one of {list(LOGGER_MODES)}")
+    env = os.environ.get("WANDB_MODE")
+    if env and env not in WANDB_MODES:
+        raise ConfigError(f"WANDB_MODE={env!r}: must be one of {sorted(WANDB_MODES)}")
+    return str(mode) if not env or mode == "disabled" else WANDB_MODES[env]
 
 
 class Tracker:

@@ -40,6 +40,7 @@ from lengthpred.stages.heads import (
     plain,
 )
 from lengthpred.stages.targets import load_targets
+from lengthpred.stages.tracking import tracked
 from lengthpred.targets import target_frame
 
 log = logging.getLogger("lengthpred.heads")
@@ -186,3 +187,15 @@ def _json_safe(obj: Any) -> Any:
     if isinstance(obj, float) and not np.isfinite(obj):
         return None
     return obj
+
+
+def run_train(cfg: DictConfig, out: str | Path) -> Path:
+    """The train stage (scripts/train.py): `train_from_config` into `out`, logged to W&B, its scores printed.
+    Returns the folder."""
+    with tracked(cfg, "train") as tracker:
+        m = train_from_config(cfg, out, tracker=tracker)
+    print(
+        f"{m['head']}: spearman {m['spearman']}, kendall {m['kendall']}, mae {m['mae']} "
+        f"(n_train {m['n_train']}, n_test {m['n_test']}, {m['n_parameters']} parameters) → {out}"
+    )
+    return Path(out)

@@ -22,6 +22,7 @@ from lengthpred.errors import ConfigError
 from lengthpred.heads.search import SearchSettings, sample_candidates
 from lengthpred.serve.vllm_engine import SETUP_HINT
 from lengthpred.stages.heads import constructor_params, head_class
+from lengthpred.stages.tracking import logger_mode
 
 Rule = Callable[[Any], str | None]  # what is wrong with a value, or None
 _ABSENT = object()
@@ -186,9 +187,6 @@ RULES: dict[str, Rule] = {
 }
 
 HEAD_KEYS = ("params", "select", "search", "n_seeds", "layer", "layers", "pooling")  # a head config's top level (stages.heads)
-LOGGER_MODES = ("offline", "online", "disabled")
-WANDB_MODES = {"offline": "offline", "dryrun": "offline", "online": "online", "run": "online",
-               "disabled": "disabled"}
 
 
 def _value(cfg: Any, key: str) -> Any:
@@ -248,18 +246,6 @@ def check_readout(cfg: Any) -> None:
         if readout.get(k) != head.get(k):
             raise ConfigError(f"readout.{k}={readout.get(k)!r} but head.{k}={head.get(k)!r}: this head is the "
                               f"readout (online, serve and costs follow it), so set head.{k} instead")
-
-
-def logger_mode(lcfg: Mapping[str, Any] | None) -> str:
-    """The W&B mode a run uses: `logger.mode` (no logger group: disabled), overridden by `WANDB_MODE` (W&B's
-    own variable) unless the config turned tracking off; `WANDB_MODE=disabled` always turns it off."""
-    mode = (lcfg or {}).get("mode", "disabled")
-    if mode not in LOGGER_MODES:
-        raise ConfigError(f"logger.mode={mode!r}: must be one of {list(LOGGER_MODES)}")
-    env = os.environ.get("WANDB_MODE")
-    if env and env not in WANDB_MODES:
-        raise ConfigError(f"WANDB_MODE={env!r}: must be one of {sorted(WANDB_MODES)}")
-    return str(mode) if not env or mode == "disabled" else WANDB_MODES[env]
 
 
 def _has_wandb_key() -> bool:
