@@ -73,7 +73,7 @@ def test_serve_script_end_to_end_on_the_fake_engine(tmp_path, demo_splits_dir):
                        "serve.predictor.head=h",
                        f"serve.predictor.predictions_path={tmp_path / 'predictions.parquet'}", "serve.n_requests=12",
                        "serve.seeds=[0]", "serve.loads=[0.9]", "serve.calibration_requests=8", "serve.fit_skip=0",
-                       "serve.engine.max_num_seqs=3", "serve.plots=true"])
+                       "serve.engine.max_num_seqs=3", "serve.plots=true", "serve.policies=[fcfs,sjf,oracle,sjf-aging]"])
     out = run_serve(cfg, tmp_path / "out")
     assert out == tmp_path / "out"
     for f in ("serve_runs.csv", "serve_results.csv", "serve_gains.csv", "serve_fidelity.csv", "profile.json",
@@ -86,6 +86,8 @@ def test_serve_script_end_to_end_on_the_fake_engine(tmp_path, demo_splits_dir):
     assert set(res[res["policy"] == "sjf"]["predictor"]) == {"h"}
     fid = pd.read_csv(out / "serve_fidelity.csv")
     assert len(fid) and fid["abs_err"].max() < 1e-6
+    aging = pd.read_csv(out / "serve_paired_aging.csv")  # aging against SJF on the same runs, the tail included
+    assert set(aging["policy"]) == {"sjf-aging"} and {"jct_max", "ttft_max", "per_token_latency_mean"} <= set(aging["metric"])
     # the stored run replayed by the simulator alone (serve.resimulate) gives the same simulated side
     with open_dict(cfg):
         cfg.serve.resimulate = str(out)

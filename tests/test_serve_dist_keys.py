@@ -142,3 +142,6 @@ def test_starvation_replays_the_point_readouts_predictions_never_another_key():
     alone = compare(pd.concat([frames[0], frames[2]], ignore_index=True), PROF, pols)
     pd.testing.assert_frame_equal(mixed, alone)
     assert compare(pd.concat(frames[:2], ignore_index=True), PROF, pols).empty  # no point readout: no SJF row
+    # runs without FCFS (aging against SJF) replay the same workload from another policy's copy
+    without_fcfs = compare(pd.concat(frames[1:], ignore_index=True), PROF, pols)
+    pd.testing.assert_frame_equal(without_fcfs, alone)

@@ -15,6 +15,8 @@ LATENCY_BLOCKS = [("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("jct", "E
 PAIRED_SHOWN = [("per_token_latency_mean", "ptl mean"), ("per_token_latency_p50", "ptl median"),
                 ("ttft_mean", "TTFT mean"), ("ttft_p50", "TTFT median"), ("jct_mean", "E2E mean"),
                 ("jct_p50", "E2E median"), ("jct_p99", "E2E p99")]
+# what an anti-starvation policy is for: the tail, each run's longest request and longest wait for a first token
+AGING_SHOWN = [*PAIRED_SHOWN, ("jct_max", "longest E2E"), ("ttft_max", "longest first-token wait")]
 
 
 def _f(v: float, nd: int) -> str:

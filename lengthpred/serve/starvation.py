@@ -50,9 +50,10 @@ def compare(requests: pd.DataFrame, profile: HardwareProfile, policies: Sequence
     predicting policies are left out of a workload that has no predictions."""
     rows = []
     for (load, seed), g in requests.groupby(["load", "seed"], sort=True):
-        base = g[g["policy"] == "fcfs"]
-        if base.empty:
-            continue
+        # the workload (arrivals, prompts, lengths) is the same under every policy of a repeat: FCFS's copy, else
+        # the first policy's
+        pols = sorted(set(g["policy"]))
+        base = g[g["policy"] == ("fcfs" if "fcfs" in pols else pols[0])]
         base = base.assign(_k=_index(base)).sort_values("_k")
         base = base[(base["status"] != "rejected").to_numpy()]
         # the point readout's predictions (sjf, sjf-aging), never another key (sjf-dist / sjf-tie's, on a

@@ -473,6 +473,14 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
                    if len(res.requests) and (real["policy"] == "sjf-dist").any() else pd.DataFrame())
     if len(paired_dist):
         paired_dist.to_csv(out / "serve_paired_dist.csv", index=False)
+    # what aging buys and costs: each aging policy against SJF on the same predictor and runs
+    aging = sorted({p for p in real["policy"] if p in POLICIES and POLICIES[p].ages})
+    paired_aging = (paired_gains(real, res.requests, settings.slo, baseline="sjf",
+                                 metrics=[m for m, _ in report_stats.AGING_SHOWN])
+                    if len(res.requests) and aging and (real["policy"] == "sjf").any() else pd.DataFrame())
+    if len(paired_aging):
+        paired_aging = paired_aging[paired_aging["policy"].isin(aging)]
+        paired_aging.to_csv(out / "serve_paired_aging.csv", index=False)
     res.drift.to_csv(out / "serve_drift.csv", index=False)
     weights = [float(w) for w in (sc.get("starvation") or {}).get("weights", [])]
     starv = starvation.compare(res.requests, res.fit.profile, starvation.starvation_policies(weights), settings.sim,
@@ -515,6 +523,9 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     if len(paired_dist):
         print(f"\n**Paired gains over SJF on a distributional head's expected length (sjf-dist: what the rest of "
               f"the distribution adds on the same head)**\n\n{report_stats.paired_table(paired_dist, base='SJF-dist')}")
+    if len(paired_aging):
+        print(f"\n**Paired gains of aging over SJF without it (same predictor and runs: what aging buys in the tail "
+              f"and costs elsewhere)**\n\n{report_stats.paired_table(paired_aging, report_stats.AGING_SHOWN, base='SJF')}")
     if len(starv):
         print(f"\n**Starvation: every policy on the same workloads in the simulator ({res.fit.profile.name}; the "
               f"predictions the live predictor made; no predictor cost), means over {n_rep} repeats**\n\n"
