@@ -292,3 +292,25 @@ def test_the_ten_repeat_engine_readout_run_reads_as_the_readme_says():
     assert orc["gain"] == pytest.approx(0.392, abs=2e-3) and orc["ci_low"] > 0.1
     assert sjf["loo_low"] > 0.2
     assert pg.loc[("sjf", "jct_p99"), "gain"] < -0.2  # the long requests pay
+
+
+def test_the_load_08_replication_and_the_aging_runs_read_as_the_readme_says():
+    """The README's load-0.8 and aging headlines, recomputed from the committed runs."""
+    from lengthpred.paths import REPO_ROOT
+    from lengthpred.serve.report_stats import AGING_SHOWN
+    from lengthpred.stages.serve import resimulated
+
+    res, s, name, _ = resimulated(REPO_ROOT / "data/reference/smollm2-135m/serve_load08")
+    real = res.runs[res.runs["hardware"] == name]
+    pg = paired_gains(real, res.requests, s.slo).set_index(["policy", "metric"])
+    sjf = pg.loc[("sjf", "per_token_latency_mean")]
+    assert sjf["n"] == 10 and sjf["gain"] == pytest.approx(0.153, abs=2e-3) and sjf["ci_low"] < 0 < sjf["ci_high"]
+    assert pg.loc[("sjf", "ttft_mean"), "ci_low"] > 0.3 and pg.loc[("sjf", "jct_p99"), "ci_high"] < 0
+    res, s, name, _ = resimulated(REPO_ROOT / "data/reference/smollm2-135m/serve_aging10")
+    real = res.runs[res.runs["hardware"] == name]
+    pg = paired_gains(real, res.requests, s.slo, baseline="sjf", metrics=[m for m, _ in AGING_SHOWN])
+    pg = pg.set_index(["policy", "metric"])
+    ptl = pg.loc[("sjf-aging", "per_token_latency_mean")]
+    assert ptl["n"] == 10 and ptl["gain"] == pytest.approx(-0.142, abs=2e-3) and ptl["ci_high"] < 0
+    for m in ("jct_max", "ttft_max"):  # the tail: gains whose intervals include 0
+        assert pg.loc[("sjf-aging", m), "ci_low"] < 0 < pg.loc[("sjf-aging", m), "ci_high"]
