@@ -21,6 +21,6 @@ Where things come from:
   The demo's stage list and cache are the glue's (`lengthpred.pipeline`).
 
 The stage protocol: each stage's entry is `run_<stage>(cfg, out) -> Path` (the composed config, the run's own
-folder; it returns its product's path, opens its own W&B run and prints its own summary), and each script's
+folder; it returns its product's path, opens its W&B run and prints its summary where the stage has them), and each script's
 body is that one call, `run_x(cfg, run_dir(cfg))` (`tests/test_stage_protocol.py`).
 """
