@@ -47,7 +47,7 @@ from lengthpred.serve.experiment import GridResult, ServeSettings, fidelity_summ
 from lengthpred.serve.fake import FakeEngine, fake_natural_length
 from lengthpred.serve.featurize import CachedFeaturizer, PrefillFeaturizer
 from lengthpred.serve.metrics import SLO
-from lengthpred.serve.paired import MIN_REPEATS, paired_gains
+from lengthpred.serve.paired import HEADLINES, MIN_REPEATS, paired_gains
 from lengthpred.serve.predictor import (
     DistEngineReadout,
     EngineReadout,
@@ -463,24 +463,24 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     gain.to_csv(out / "serve_gains.csv", index=False)
     paired = paired_gains(real, res.requests, settings.slo) if len(res.requests) else pd.DataFrame()
     paired.to_csv(out / "serve_paired.csv", index=False)
-    pf = "fcfs-prefill-first"  # what the predictions buy once prefills go first anyway (serve.policies: fcfs-pf)
-    paired_pf = (paired_gains(real, res.requests, settings.slo, baseline=pf)
-                 if len(res.requests) and (real["policy"] == pf).any() else pd.DataFrame())
-    if len(paired_pf):
-        paired_pf.to_csv(out / "serve_paired_prefill_first.csv", index=False)
+
+    def paired_over(baseline: str, file: str, metrics: Any = HEADLINES, only: list[str] | None = None) -> pd.DataFrame:
+        """Every policy (or `only` these) paired against `baseline` when both ran, written to `file` if any."""
+        if not len(res.requests) or not (real["policy"] == baseline).any() or only == []:
+            return pd.DataFrame()
+        pg = paired_gains(real, res.requests, settings.slo, metrics, baseline=baseline)
+        pg = pg[pg["policy"].isin(only)] if only is not None else pg
+        if len(pg):
+            pg.to_csv(out / file, index=False)
+        return pg
+
+    # what the predictions buy once prefills go first anyway (serve.policies: fcfs-pf)
+    paired_pf = paired_over("fcfs-prefill-first", "serve_paired_prefill_first.csv")
     # what knowing the uncertainty buys on one head: every policy against SJF on that head's expected length
-    paired_dist = (paired_gains(real, res.requests, settings.slo, baseline="sjf-dist")
-                   if len(res.requests) and (real["policy"] == "sjf-dist").any() else pd.DataFrame())
-    if len(paired_dist):
-        paired_dist.to_csv(out / "serve_paired_dist.csv", index=False)
+    paired_dist = paired_over("sjf-dist", "serve_paired_dist.csv")
     # what aging buys and costs: each aging policy against SJF on the same predictor and runs
-    aging = sorted({p for p in real["policy"] if p in POLICIES and POLICIES[p].ages})
-    paired_aging = (paired_gains(real, res.requests, settings.slo, baseline="sjf",
-                                 metrics=[m for m, _ in report_stats.AGING_SHOWN])
-                    if len(res.requests) and aging and (real["policy"] == "sjf").any() else pd.DataFrame())
-    if len(paired_aging):
-        paired_aging = paired_aging[paired_aging["policy"].isin(aging)]
-        paired_aging.to_csv(out / "serve_paired_aging.csv", index=False)
+    paired_aging = paired_over("sjf", "serve_paired_aging.csv", [m for m, _ in report_stats.AGING_SHOWN],
+                               only=sorted({p for p in real["policy"] if p in POLICIES and POLICIES[p].ages}))
     res.drift.to_csv(out / "serve_drift.csv", index=False)
     weights = [float(w) for w in (sc.get("starvation") or {}).get("weights", [])]
     starv = starvation.compare(res.requests, res.fit.profile, starvation.starvation_policies(weights), settings.sim,
