@@ -18,6 +18,7 @@ from pathlib import Path
 from lengthpred.crossmodel.fits import HeadSpec, fit_one
 from lengthpred.crossmodel.inputs import PromptInputs
 from lengthpred.crossmodel.table import ALL_MODELS, LengthTable
+from lengthpred.heads import HeadSettings
 
 
 def slice_split(split: dict[str, list[str]], dataset_of: dict[str, str], per: dict[str, int]) -> dict[str, list[str]]:
@@ -52,7 +53,7 @@ def main() -> None:
     ids = [i for part in sub.values() for i in part]
     inputs = PromptInputs.build([recs[i] for i in ids], None, [], dict.fromkeys(ids, 0))
     for msl in a.max_seq_len:
-        cfg = {"params": {"epochs": a.epochs, "max_seq_len": msl, "progress": False, "random_state": 0}}
+        cfg = HeadSettings(params={"epochs": a.epochs, "max_seq_len": msl, "progress": False, "random_state": 0})
         t0 = time.perf_counter()
         rec, _ = fit_one(HeadSpec(a.head, cfg, None, (ALL_MODELS,)), ALL_MODELS, inputs, table, sub, 2)
         print(f"{a.head} max_seq_len={msl} epochs={a.epochs} train={rec['n_train']} val={rec['n_val']} "

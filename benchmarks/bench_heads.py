@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
-from lengthpred.heads import HeadInput, LabeledSet, run_training
+from lengthpred.heads import HeadInput, HeadSettings, LabeledSet, run_training
+from lengthpred.heads.search import SearchSettings
 from lengthpred.paths import data_dir
 from lengthpred.stages.heads import head_file
 
@@ -26,12 +26,12 @@ FEATURE_HEADS = ["constant", "prompt_len", "domain_median", "linear", "egtp", "e
 PROXY_HEADS = ["proxy_reg", "proxy_cls", "proxy_rank"]
 
 
-def head_cfg(name: str) -> dict:
-    cfg = OmegaConf.create(head_file(name))  # the head file over its constructor's defaults
-    OmegaConf.update(cfg, "params.random_state", 0, force_add=False) if "random_state" in cfg.params else None
-    if "progress" in cfg.params:
-        cfg.params.progress = False
-    return OmegaConf.to_container(cfg, resolve=False)
+def head_settings(name: str, **params: object) -> HeadSettings:
+    """The head file over its constructor's defaults, searched with conf/search's default budget."""
+    raw = head_file(name) | {"search": None}  # `${search}` has no root config to resolve against here
+    cfg = HeadSettings.from_mapping(raw, group=f"head {name}").replace(search=SearchSettings())
+    fixed = {k: v for k, v in {"random_state": 0, "progress": False}.items() if k in cfg.params}
+    return cfg.replace(params=cfg.params | fixed | params)
 
 
 def synthetic(n: int, d: int, seed: int, texts: list[str] | None = None) -> LabeledSet:
@@ -75,7 +75,7 @@ def main() -> None:
     )
     for name in FEATURE_HEADS:
         t0 = time.perf_counter()
-        _, m, _ = run_training(name, head_cfg(name), train, val, test)
+        _, m, _ = run_training(name, head_settings(name), train, val, test)
         print(
             f"{name:14} {time.perf_counter() - t0:7.1f} {m['n_candidates']:10d} {m['n_parameters']:10d} {m['spearman'] or 0:9.2f}"
         )
@@ -94,11 +94,8 @@ def main() -> None:
     )
     for name in args.proxy_heads:
         t0, c0 = time.perf_counter(), time.process_time()
-        cfg = head_cfg(name)
-        cfg["params"]["progress"] = args.progress
-        if args.proxy_threads:
-            cfg["params"]["n_threads"] = args.proxy_threads
-        head, m, _ = run_training(name, cfg, train, None, test)
+        threads = {"n_threads": args.proxy_threads} if args.proxy_threads else {}
+        head, m, _ = run_training(name, head_settings(name, progress=args.progress, **threads), train, None, test)
         p = head.get_params()
         print(
             f"{name:14} {time.perf_counter() - t0:7.1f} s wall ({time.process_time() - c0:.0f} s CPU), "

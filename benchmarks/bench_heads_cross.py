@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from lengthpred.heads.assemble import indomain_ids
 from lengthpred.heads.cross import fit_cross, select_cross
+from lengthpred.heads.settings import HeadSettings
 from lengthpred.heads.training import run_training
 from lengthpred.stages.train import load_stage_inputs
 
@@ -36,9 +37,9 @@ def compose(head: str):
 def bench(head: str, mode: str) -> None:
     cfg = compose(head)
     data = load_stage_inputs(cfg)
-    hcfg = OmegaConf.to_container(cfg.head, resolve=True) | {"feature": data.feature}
-    if "progress" in hcfg.get("params", {}):
-        hcfg["params"]["progress"] = False
+    hcfg = HeadSettings.from_mapping(OmegaConf.to_container(cfg.head, resolve=True) | {"feature": data.feature})
+    if "progress" in hcfg.params:
+        hcfg = hcfg.replace(params=hcfg.params | {"progress": False})
     ids = indomain_ids(data.splits)
     sets = [data.labeled(ids[p], p) for p in ("train", "val", "test")]
     t = time.perf_counter()

@@ -139,5 +139,5 @@ def test_experiment_config_for_the_embedded_model():
     specs = {s.name: s for s in head_specs(cfg, list(ALL13))}
     assert _feature_columns(cfg, list(specs.values())) == ["hs.L20.entropy", "hs.L20.last"]
     assert len(specs["linear"].targets) == 14 and specs["proxy_rank"].targets == ("all-models", L31)
-    assert specs["egtp"].cfg["n_seeds"] == 1 and specs["proxy_reg"].cfg["params"]["epochs"] == 2
+    assert specs["egtp"].settings.n_seeds == 1 and specs["proxy_reg"].settings.params["epochs"] == 2
     assert str(cfg.data.root).endswith("castillo/validate") and cfg.data.per_dataset == 150

@@ -19,6 +19,8 @@ from lengthpred.crossmodel.inputs import PromptInputs
 from lengthpred.crossmodel.scoring import NOT_IN_DATASET, score_all
 from lengthpred.crossmodel.table import ALL_MODELS, LengthTable
 from lengthpred.crossmodel.tables import table_t7, table_t7_datasets
+from lengthpred.heads import HeadSettings
+from lengthpred.heads.search import SearchSettings
 
 M1, M2 = "acme--One", "acme--Two"
 N = 40  # prompts per dataset
@@ -49,7 +51,7 @@ def simpson(slope_b: float = 1.0):
 
 
 def specs(within: bool = True) -> list[HeadSpec]:
-    cfg = {"params": {}}
+    cfg = HeadSettings()
     targets = (M1, M2, ALL_MODELS)
     out = [HeadSpec("prompt_len", cfg, None, targets, pooled_only=within)]
     return out + ([HeadSpec("prompt_len", cfg, None, targets, within=True)] if within else [])
@@ -107,7 +109,7 @@ def test_a_dataset_too_small_to_fit_is_a_row_that_says_so():
 def test_constant_within_a_dataset_is_the_dataset_median():
     # why within_heads lists prompt_len only: domain_median already is the constant fitted per dataset
     inputs, table, split, ds_of = simpson()
-    cfg = {"params": {}}
+    cfg = HeadSettings()
     fits, preds = fit_all([HeadSpec("constant", cfg, None, (M1,), within=True),
                            HeadSpec("domain_median", cfg, None, (M1,))], inputs, table, split, min_train=5)
     p = preds.pivot(index="id", columns="head", values="y_pred")
@@ -126,17 +128,17 @@ def test_every_castillo_fit_goes_through_run_training_with_the_search_node(monke
     cfg = compose_cfg(["experiment=castillo", "search.budget=3", "search.subsample=64"])
     specs = head_specs(cfg, list(ALL13))
     assert {s.label for s in specs} >= {"proxy_rank", "prompt_len (pooled fit)", "prompt_len (within dataset)"}
-    assert all(s.cfg["search"]["budget"] == 3 and s.cfg["search"]["subsample"] == 64 for s in specs)
+    assert all(s.settings.search.budget == 3 and s.settings.search.subsample == 64 for s in specs)
     default = head_specs(compose_cfg(["experiment=castillo"]), list(ALL13))
-    assert all(s.cfg["search"]["budget"] == 8 for s in default)  # the root node every head shares
+    assert all(s.settings.search.budget == 8 for s in default)  # the root node every head shares
     seen = []
 
-    def spy(name, cfg, *args, **kw):
-        seen.append((name, cfg.get("search")))
-        return run_training(name, cfg, *args, **kw)
+    def spy(name, settings, *args, **kw):
+        seen.append((name, settings.search))
+        return run_training(name, settings, *args, **kw)
 
     monkeypatch.setattr(fits_mod, "run_training", spy)
     inputs, table, split, _ = simpson()
-    spec = HeadSpec("prompt_len", {"params": {}, "search": {"budget": 3}}, None, (M1,), within=True)
+    spec = HeadSpec("prompt_len", HeadSettings(search=SearchSettings(budget=3)), None, (M1,), within=True)
     fit_all([spec], inputs, table, split, min_train=5)
-    assert seen == [("prompt_len", {"budget": 3})] * 2  # one standard fit per dataset
+    assert seen == [("prompt_len", SearchSettings(budget=3))] * 2  # one standard fit per dataset

@@ -13,6 +13,7 @@ from lengthpred.eval.dist_report import t3_adapt_markdown
 from lengthpred.heads.base import HeadInput, LabeledSet
 from lengthpred.heads.distributional import CensoredLogNormalHead
 from lengthpred.heads.search import subset
+from lengthpred.heads.settings import HeadSettings
 from lengthpred.heads.training import QUANTILE_COLUMNS, fit_head, run_training
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.sched.core.policies import make_policy
@@ -59,13 +60,13 @@ def test_a_sample_head_is_fitted_on_every_sample_and_a_point_head_on_the_target(
 @pytest.mark.parametrize("head", ["censored_lognormal", "quantile_linear"])
 def test_train_path_fits_a_distributional_head_on_samples_and_writes_its_quantiles(head):
     train, val, test = labeled(150, 1), labeled(50, 2), labeled(60, 3)
-    cfg = {"select": {"alpha": [1.0, 100.0]}, "layer": 0, "pooling": "last"}
+    cfg = HeadSettings(select={"alpha": [1.0, 100.0]}, layer=0, pooling="last")
     fitted, metrics, frame = run_training(head, cfg, train, val, test)
     assert metrics["censoring"].startswith("every sampled length a row")
     q = frame[list(QUANTILE_COLUMNS.values())].to_numpy()
     assert np.isfinite(q).all() and (np.diff(q, axis=1) >= 0).all() and (q[:, 0] < q[:, 2]).mean() > 0.9
     assert metrics["spearman"] > 0.5 and metrics["n_candidates"] == 2
-    _, _, point = run_training("linear", {"select": {"alpha": [1.0]}}, train, val, test)
+    _, _, point = run_training("linear", HeadSettings(select={"alpha": [1.0]}), train, val, test)
     assert not set(QUANTILE_COLUMNS.values()) & set(point.columns)
 
 

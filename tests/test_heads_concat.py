@@ -10,6 +10,7 @@ from lengthpred.heads import (
     ConcatLinearHead,
     HeadInput,
     HeadInputError,
+    HeadSettings,
     LabeledSet,
     LinearHead,
     load_head,
@@ -80,7 +81,7 @@ def test_pca_dimensions_are_chosen_on_validation_not_test():
         return _set(X, np.round(np.expm1(4 + w1 * f1 + w2 * f2 + 0.05 * rng.normal(size=n))), tag)
 
     train, val, test = make(200, 0.5, 0.5, "tr"), make(80, 0.5, 0.0, "va"), make(80, 0.0, 0.5, "te")
-    cfg = {"params": {"alpha": 1.0}, "select": {"n_components": [1, 14]}}
+    cfg = HeadSettings(params={"alpha": 1.0}, select={"n_components": [1, 14]})
     head, metrics, _ = run_training("concat", cfg, train, val, test)
     assert metrics["selected"] == {"n_components": 1} and head.n_components_ == 1
     best_on_test = ConcatLinearHead(n_components=14, alpha=1.0).fit(train.inputs.features, train.y)
@@ -97,10 +98,8 @@ def test_the_layer_set_is_chosen_on_validation():
         X = rng.normal(size=(n, 8))
         return _set(X, np.round(np.expm1(4 + 0.7 * X[:, 5] + 0.1 * rng.normal(size=n))), tag)
 
-    cfg = {
-        "params": {"layers": [10, 20], "alpha": 1.0, "n_components": 4},
-        "select": {"use": [[10], [20], [10, 20]]},
-    }
+    cfg = HeadSettings(params={"layers": [10, 20], "alpha": 1.0, "n_components": 4},
+                       select={"use": [[10], [20], [10, 20]]})
     head, metrics, _ = run_training("concat", cfg, make(120, "tr"), make(60, "va"), make(60, "te"))
     assert metrics["selected"] == {"use": [20]} and head.columns_.tolist() == [4, 5, 6, 7]
     assert metrics["spearman"] > 0.9

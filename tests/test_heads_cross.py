@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 from lengthpred.errors import ConfigError
-from lengthpred.heads import HeadInput, LabeledSet
+from lengthpred.heads import HeadInput, HeadSettings, LabeledSet
 from lengthpred.heads.cross import cross_mode, fit_cross, select_cross
 from tests.conftest import compose_cfg
 
-CONSTANT = {"name": "constant", "params": {}}
-LINEAR = {"name": "linear", "params": {}, "select": {"alpha": [0.1, 1e3]}}
+CONSTANT = HeadSettings()
+LINEAR = HeadSettings(select={"alpha": [0.1, 1e3]})
 
 
 def synthetic(domains: dict[str, list[float]]):

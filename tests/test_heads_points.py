@@ -11,7 +11,16 @@ from scipy.stats import spearmanr
 from lengthpred.distributions import Histogram
 from lengthpred.eval.predictions import read_predictions
 from lengthpred.eval.results import Provenance, score_predictions
-from lengthpred.heads import HEADS, BaseHead, HeadInput, LabeledSet, build_head, load_head, run_training
+from lengthpred.heads import (
+    HEADS,
+    BaseHead,
+    HeadInput,
+    HeadSettings,
+    LabeledSet,
+    build_head,
+    load_head,
+    run_training,
+)
 from lengthpred.heads.base import NoPointError, Points
 from lengthpred.heads.training import frame_points, predictions_frame, score
 
@@ -51,7 +60,7 @@ def test_median_beats_the_smeared_mean_on_mae_of_a_skewed_target():
     assert mae_median < 0.9 * mae_mean
     assert spearmanr(p.median, yt).statistic == pytest.approx(spearmanr(p.mean, yt).statistic)
     # run_training reports both, MAE on the median
-    _, metrics, preds = run_training("linear", {"params": {"alpha": 1.0}}, labeled(X, y, "tr"), None,
+    _, metrics, preds = run_training("linear", HeadSettings(params={"alpha": 1.0}), labeled(X, y, "tr"), None,
                                      labeled(Xt, yt, "te"), split="indomain/all/test")
     assert metrics["mae"] == pytest.approx(mae_median) and metrics["mae_mean"] == pytest.approx(mae_mean)
     np.testing.assert_allclose(preds["y_pred_median"], p.median)
@@ -211,7 +220,7 @@ def test_infinite_point_predictions_are_refused(tmp_path):
 def test_seed_columns_carry_points_and_the_seed_mae_reads_the_median():
     X, y = skewed(60, 7)
     Xt, yt = skewed(30, 8)
-    cfg = {"params": FAST, "n_seeds": 2}
+    cfg = HeadSettings(params=FAST, n_seeds=2)
     _, metrics, preds = run_training("egtp", cfg, labeled(X, y, "tr"), None, labeled(Xt, yt, "te"),
                                      split="indomain/all/test", n_seeds=2)
     for col in ("y_pred_median_seed0", "y_pred_median_seed1", "y_pred_mean_seed0", "y_pred_mean_seed1"):

@@ -10,14 +10,14 @@ from omegaconf import OmegaConf
 from scipy.stats import spearmanr
 
 from lengthpred.errors import ConfigError
-from lengthpred.heads import EGTPHead, ESTPLearnedHead, ProbeHead, run_training
+from lengthpred.heads import EGTPHead, ESTPLearnedHead, HeadSettings, ProbeHead, run_training
 from lengthpred.heads.search import SearchSettings, sample_candidates, space_size, subset
 from lengthpred.paths import REPO_ROOT
 from tests.test_heads_fusion import keyed
 from tests.test_heads_training import make_set
 
 ALPHAS = [0.01, 0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5]
-LINEAR = {"name": "linear", "select": {"alpha": ALPHAS}, "search": {"budget": 4, "seed": 0}}
+LINEAR = {"select": {"alpha": ALPHAS}, "search": {"budget": 4, "seed": 0}}
 
 
 def test_candidates_are_a_seeded_sample_of_the_space_without_repeats():
@@ -39,7 +39,7 @@ def test_a_space_smaller_than_the_budget_is_a_config_error_naming_the_head():
 
 def test_run_training_draws_the_budget_and_stores_every_candidates_val_score():
     train, val, test = make_set(60, 0), make_set(20, 1), make_set(20, 2)
-    head, m, _ = run_training("linear", LINEAR, train, val, test)
+    head, m, _ = run_training("linear", HeadSettings.from_mapping(LINEAR), train, val, test)
     assert m["n_candidates"] == 4 and len(m["candidates"]) == 4
     assert {c["params"]["alpha"] for c in m["candidates"]} <= set(ALPHAS)
     best = max(m["candidates"], key=lambda c: c["val_spearman"])
@@ -48,7 +48,7 @@ def test_run_training_draws_the_budget_and_stores_every_candidates_val_score():
     s = m["search"]
     assert (s["protocol"], s["budget"], s["space_size"], s["refit_on_all_train"]) == ("random", 4, 8, False)
     # without a search node: the full grid, as before
-    _, g, _ = run_training("linear", {"name": "linear", "select": {"alpha": ALPHAS}}, train, val, test)
+    _, g, _ = run_training("linear", HeadSettings(select={"alpha": ALPHAS}), train, val, test)
     assert g["n_candidates"] == 8 and g["search"]["protocol"] == "grid"
 
 
@@ -58,16 +58,16 @@ def test_candidates_are_recorded_per_seed():
         "search": {"budget": 3, "seed": 0},
         "params": {"hidden": 8, "epochs": 2, "random_state": 4},
     }
-    _, m, _ = run_training("probe", cfg, make_set(60, 0), make_set(20, 1), make_set(20, 2), n_seeds=2)
+    _, m, _ = run_training("probe", HeadSettings.from_mapping(cfg), make_set(60, 0), make_set(20, 1), make_set(20, 2), n_seeds=2)
     assert [c["random_state"] for c in m["candidates"]] == [4, 4, 4, 5, 5, 5]
 
 
 def test_search_on_a_subsample_refits_the_chosen_candidate_on_all_train():
     train, val, test = make_set(80, 0), make_set(20, 1), make_set(20, 2)
     cfg = LINEAR | {"search": {"budget": 4, "seed": 0, "subsample": 30}}
-    head, m, _ = run_training("linear", cfg, train, val, test)
+    head, m, _ = run_training("linear", HeadSettings.from_mapping(cfg), train, val, test)
     assert m["search"]["n_search_train"] == 30 and m["search"]["refit_on_all_train"]
-    full = run_training("linear", {"name": "linear", "params": m["selected"]}, train, None, test)[0]
+    full = run_training("linear", HeadSettings(params=m["selected"]), train, None, test)[0]
     np.testing.assert_allclose(head.predict(test.inputs.features), full.predict(test.inputs.features))
     sub = subset(train, [0, 5, 7])
     assert sub.inputs.ids == [train.inputs.ids[i] for i in (0, 5, 7)] and len(sub.y) == 3
@@ -126,14 +126,13 @@ def test_config_validation_refuses_a_space_below_the_budget_before_any_work():
 
 
 def test_cross_pairs_reuse_the_in_domain_choice_unless_told_to_search():
-    from lengthpred.heads.search import cross_config
-
     cfg = {"params": {"alpha": None}, "select": {"alpha": [0.1, 1.0, 10.0]}, "search": {"budget": 2}}
-    reused = cross_config(cfg, {"alpha": 10.0})
-    assert reused["select"] == {"alpha": [10.0]} and "search" not in reused  # one candidate, no budget check
-    assert cfg["select"] == {"alpha": [0.1, 1.0, 10.0]}  # the in-domain config is left as it was
-    searched = cross_config(cfg | {"search": {"budget": 2, "cross": "search"}}, {"alpha": 10.0})
-    assert searched["select"] == cfg["select"] and searched["search"]["cross"] == "search"
-    assert cross_config({"params": {}}, None) == {"params": {}}  # no search node: as before
+    settings = HeadSettings.from_mapping(cfg)
+    reused = settings.for_cross({"alpha": 10.0})
+    assert reused.select == {"alpha": [10.0]} and reused.search is None  # one candidate, no budget check
+    assert settings.select == {"alpha": [0.1, 1.0, 10.0]}  # the in-domain settings are left as they were
+    searched = HeadSettings.from_mapping(cfg | {"search": {"budget": 2, "cross": "search"}}).for_cross({"alpha": 10.0})
+    assert searched.select == cfg["select"] and searched.search.cross == "search"
+    assert HeadSettings().for_cross(None) == HeadSettings()  # no search node: as before
     with pytest.raises(ConfigError, match="search.cross="):
-        cross_config(cfg | {"search": {"cross": "never"}}, None)
+        HeadSettings.from_mapping(cfg | {"search": {"cross": "never"}})

@@ -12,17 +12,16 @@ import pytest
 from lengthpred.errors import ConfigError
 from lengthpred.eval.results import Provenance, score_predictions
 from lengthpred.eval.tables import table_t1
-from lengthpred.heads import run_training
+from lengthpred.heads import HeadSettings, run_training
 from lengthpred.seeds import seed_column, seed_columns, seed_list, spread
 from tests.test_heads_training import make_set, trace_run  # noqa: F401  (trace_run is a fixture)
 
-PROBE = {
-    "name": "probe",
+PROBE = HeadSettings.from_mapping({
     "layer": 20,
     "pooling": "last",
     "params": {"hidden": 16, "epochs": 5, "random_state": 5},
     "select": {"binning": ["quantile", "uniform"]},
-}
+})
 PROV = Provenance("e", "m", "d", "h")
 
 
@@ -56,7 +55,7 @@ def test_run_training_over_seeds_keeps_the_first_and_records_each():
 def test_seeds_need_a_head_with_a_random_state():
     train, test = make_set(30, 0), make_set(10, 1)
     with pytest.raises(ConfigError, match="random_state"):
-        run_training("linear", {"name": "linear"}, train, None, test, n_seeds=3)
+        run_training("linear", HeadSettings(), train, None, test, n_seeds=3)
 
 
 def _seeded_frame() -> pd.DataFrame:

@@ -10,20 +10,19 @@ import pytest
 from omegaconf import OmegaConf
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.heads import HeadInput, LabeledSet, run_training
+from lengthpred.heads import HeadInput, HeadSettings, LabeledSet, run_training
 from lengthpred.heads.assemble import indomain_ids, labeled_set
 from lengthpred.heads.training import PREDICTION_COLUMNS
 from lengthpred.paths import REPO_ROOT
 from lengthpred.targets import target_frame as target_table
 from tests.conftest import compose_cfg
 
-LINEAR = {
-    "name": "linear",
+LINEAR = HeadSettings.from_mapping({
     "layer": 20,
     "pooling": "last",
     "params": {"_target_": "x"},
     "select": {"alpha": [0.1, 1e4]},
-}
+})
 
 
 def make_set(n: int, seed: int, d: int = 8, capped: float = 0.0) -> LabeledSet:
@@ -60,7 +59,7 @@ def test_val_rows_are_the_kept_heads_predictions_on_val():
 
 
 def test_constant_baseline_has_undefined_rank_metrics():
-    _, metrics, _ = run_training("constant", {"name": "constant"}, make_set(20, 0), None, make_set(10, 1))
+    _, metrics, _ = run_training("constant", HeadSettings(), make_set(20, 0), None, make_set(10, 1))
     assert metrics["spearman"] is None and metrics["kendall"] is None and metrics["mae"] > 0
 
 
@@ -96,9 +95,13 @@ def test_test_set_needs_two_distinct_lengths():
 
 def test_config_errors_name_the_valid_choices():
     with pytest.raises(ConfigError, match="valid: .*egtp"):
-        run_training("egpt", {}, make_set(20, 0), None, make_set(10, 1))
+        run_training("egpt", HeadSettings(), make_set(20, 0), None, make_set(10, 1))
     with pytest.raises(ConfigError, match="valid keys"):
-        run_training("linear", {"params": {"alpah": 1}}, make_set(20, 0), None, make_set(10, 1))
+        run_training("linear", HeadSettings(params={"alpah": 1}), make_set(20, 0), None, make_set(10, 1))
+    with pytest.raises(ConfigError, match=r"head linear: unknown keys \['name'\]"):
+        HeadSettings.from_mapping({"name": "linear"}, group="head linear")  # a typo never falls back silently
+    with pytest.raises(TypeError, match="HeadSettings"):
+        run_training("linear", {"params": {}}, make_set(20, 0), None, make_set(10, 1))
 
 
 class _Features:
@@ -224,14 +227,15 @@ def test_train_stage_rejects_a_feature_that_was_not_extracted(trace_run):
 def test_every_head_config_builds_with_every_candidate(name, tmp_path):
     """Each conf/head option composes, its params and every `select` candidate build the head, and
     `n_seeds` is only set on heads with a random_state (heads that are deterministic have no seeds)."""
-    from lengthpred.heads import build_head, head_params
+    from lengthpred.heads import build_head
     from lengthpred.heads.training import _candidates
     from lengthpred.stages.heads import head_name
 
     cfg = compose_cfg([f"head={name}"], tmp_path)
     hcfg = OmegaConf.to_container(cfg.head, resolve=True)
-    for cand in _candidates(hcfg.get("select")):
-        head = build_head(head_name(hcfg), **(head_params(hcfg) | cand))
+    settings = HeadSettings.from_mapping(hcfg, group=f"head {name}")  # every head file's keys are settings
+    for cand in _candidates(settings.select):
+        head = build_head(head_name(hcfg), **(settings.params | cand))
     if int(hcfg.get("n_seeds") or 1) > 1:
         assert "random_state" in head.get_params()
     if name == "probe":  # the README's probe row is layer 20's last token, the linear readout's feature

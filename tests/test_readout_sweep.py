@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.heads import layer_choice, pooling_table
+from lengthpred.heads import HeadSettings, layer_choice, pooling_table
 from lengthpred.heads.sweep import fit_cell, fit_cells
 from lengthpred.metrics import METRICS
 from lengthpred.names import FeatureKey
@@ -55,8 +55,8 @@ def synthetic(n: int = 150, d: int = 6, signal_layer: int = 1, layers=(0, 1, 2),
     return FakeFeatures(cols, ids), targets, by_id, split
 
 
-PROBE = {"params": {"hidden": 8, "epochs": 3, "random_state": 0, "n_bins": 4}, "select": {"lr": [1e-2, 1e-3]}}
-LINEAR = {"select": {"alpha": [1.0, 100.0]}}
+PROBE = HeadSettings(params={"hidden": 8, "epochs": 3, "random_state": 0, "n_bins": 4}, select={"lr": [1e-2, 1e-3]})
+LINEAR = HeadSettings(select={"alpha": [1.0, 100.0]})
 
 
 def test_the_chosen_layer_is_the_validation_argmax_even_where_test_peaks_elsewhere(tmp_path):
@@ -107,7 +107,7 @@ def test_an_mlp_cell_reports_the_mean_and_sd_of_its_seeds():
     assert row["spearman_seed_mean"] == pytest.approx(np.mean(per_seed))
     assert row["spearman_seed_sd"] == pytest.approx(np.std(per_seed, ddof=1))
     assert row["spearman"] == pytest.approx(per_seed[0])
-    one, _ = fit_cell(("linear", 1, "last"), {}, split, by_id, targets, features, n_boot=0, seed=0, n_seeds=3)
+    one, _ = fit_cell(("linear", 1, "last"), HeadSettings(), split, by_id, targets, features, n_boot=0, seed=0, n_seeds=3)
     assert one["val_spearman"] is not None  # one candidate: val is still scored, so a layer can be chosen
 
 

@@ -27,7 +27,7 @@ from threadpoolctl import threadpool_limits
 from lengthpred.crossmodel.inputs import PromptInputs
 from lengthpred.crossmodel.table import ALL_MODELS, LengthTable, short_model
 from lengthpred.errors import DataError
-from lengthpred.heads import run_training
+from lengthpred.heads import HeadSettings, run_training
 from lengthpred.seeds import seed_columns
 
 log = logging.getLogger(__name__)
@@ -39,11 +39,11 @@ FIT_COLUMNS = ["head", "fit", "status", "n_train", "n_val", "selected", "val_spe
 
 @dataclass(frozen=True)
 class HeadSpec:
-    """One head: its resolved config, the feature column it reads (None: no prefill feature) and the fit
-    targets (model names or ALL_MODELS) it is fitted on."""
+    """One head: its settings (conf/head/<name>.yaml with the run's overrides), the feature column it reads
+    (None: no prefill feature) and the fit targets (model names or ALL_MODELS) it is fitted on."""
 
     name: str
-    cfg: dict[str, Any]
+    settings: HeadSettings
     feature: str | None
     targets: tuple[str, ...]
     within: bool = False
@@ -70,8 +70,8 @@ def _fit(spec: HeadSpec, target: str, inputs: PromptInputs, table: LengthTable, 
     t0 = time.perf_counter()
     try:
         with threadpool_limits(limits=1, user_api="blas"):  # many small fits on busy cores (heads.cross)
-            head, m, preds = run_training(spec.name, spec.cfg, train, val if len(val) else None, test,
-                                          split="test", n_seeds=int(spec.cfg.get("n_seeds") or 1))
+            head, m, preds = run_training(spec.name, spec.settings, train, val if len(val) else None, test,
+                                          split="test", n_seeds=spec.settings.n_seeds)
     except DataError as e:
         log.warning("%s on %s: not fitted (%s)", spec.label, short_model(target), e)
         return rec | {"status": f"not fitted: {e}"}, None

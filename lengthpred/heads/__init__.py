@@ -44,7 +44,8 @@ from lengthpred.heads.distributional import CensoredLogNormalHead, QuantileLinea
 from lengthpred.heads.fusion import ESTPLearnedHead
 from lengthpred.heads.linear import LinearHead, PromptLenHead
 from lengthpred.heads.proxy import ProxyClsHead, ProxyRankHead, ProxyRegHead
-from lengthpred.heads.training import build_head, head_params, predictions_frame, run_training, score
+from lengthpred.heads.settings import HeadSettings
+from lengthpred.heads.training import build_head, predictions_frame, run_training, score
 
 __all__ = [
     "HEADS",
@@ -57,6 +58,7 @@ __all__ = [
     "ESTPHead",
     "ESTPLearnedHead",
     "HeadInput",
+    "HeadSettings",
     "HeadInputError",
     "LabeledSet",
     "LinearHead",
@@ -70,7 +72,6 @@ __all__ = [
     "ProxyRankHead",
     "ProxyRegHead",
     "build_head",
-    "head_params",
     "load_head",
     "predictions_frame",
     "run_training",

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.heads.base import HEADS, LabeledSet
+from lengthpred.heads.settings import HeadSettings
 from lengthpred.heads.training import predictions_frame, run_training, score, validate_set
 from lengthpred.names import SplitName
 
@@ -109,7 +110,7 @@ def split_name(pair: Mapping[str, Any], part: str = "test") -> str:
 
 def fit_cross(
     head_name: str,
-    head_cfg: Mapping[str, Any],
+    settings: HeadSettings,
     pairs: Sequence[Mapping[str, Any]],
     make_set: MakeSet,
     *,
@@ -119,12 +120,12 @@ def fit_cross(
     """Fit `head_name` per distinct (train, val) id lists of `pairs` (per pair when not `share`) with
     run_training's val-based selection, and score every pair's target test split."""
     with threadpool_limits(limits=blas_threads, user_api="blas"):
-        return _fit_cross(head_name, head_cfg, pairs, make_set, share=share)
+        return _fit_cross(head_name, settings, pairs, make_set, share=share)
 
 
 def _fit_cross(
     head_name: str,
-    head_cfg: Mapping[str, Any],
+    settings: HeadSettings,
     pairs: Sequence[Mapping[str, Any]],
     make_set: MakeSet,
     *,
@@ -163,7 +164,7 @@ def _fit_cross(
             if train is None:
                 raise DataError(f"{split_name(first, 'train')}: no prompt has a target")
             val = make_set(first.get("val") or [], split_name(first, "val")) if first.get("val") else None
-            head, m, _ = run_training(head_name, head_cfg, train, val, tests[0][1], split=split_name(first))
+            head, m, _ = run_training(head_name, settings, train, val, tests[0][1], split=split_name(first))
         except DataError as e:
             for p, _ in tests:
                 skip(p, str(e))

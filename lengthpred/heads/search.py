@@ -55,19 +55,6 @@ class SearchSettings:
 CROSS = ("reuse", "search")
 
 
-def cross_config(head_cfg: Mapping[str, Any], chosen: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The head config a cross-domain fit uses. Under `search.cross: reuse` (the default) it takes the
-    candidate chosen in-domain on validation (one candidate, no search): every head's cross pairs then cost
-    one fit, and the protocol stays the same for every family. Under `search` (or without a search node) it
-    is the head config itself: each source domain searches anew on its own val split."""
-    settings = SearchSettings.from_cfg(head_cfg.get("search"))
-    if settings is None or settings.cross == "search":
-        return dict(head_cfg)
-    out = {k: v for k, v in head_cfg.items() if k != "search"}
-    out["select"] = {k: [v] for k, v in (chosen or {}).items()}
-    return out
-
-
 def space(select: Mapping[str, Any] | None) -> dict[str, list[Any]]:
     """The search space with every value a list (a scalar is a one-value list)."""
     return {

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from lengthpred.errors import ConfigError
 from lengthpred.heads.assemble import labeled_set
 from lengthpred.heads.base import HEADS
+from lengthpred.heads.settings import HeadSettings
 from lengthpred.heads.training import run_training, score
 from lengthpred.metrics import evaluate
 from lengthpred.names import FeatureKey
@@ -48,7 +49,7 @@ def cell_seeds(head: str, n_seeds: int) -> int:
 
 def fit_cell(
     cell: tuple[str, int, str],
-    head_cfg: Mapping[str, Any],
+    settings: HeadSettings,
     ids: Mapping[str, Sequence[str]],
     by_id: Mapping[str, Mapping[str, Any]],
     targets: pd.DataFrame,
@@ -67,9 +68,9 @@ def fit_cell(
     sets = {part: labeled_set(ids[part], by_id, targets, features=features, feature=feature,
                               token_layer=layer if token else None, split=part)
             for part in ("train", "val", "test")}
-    hcfg = dict(head_cfg) | {"layer": layer, "pooling": pooling, "feature": feature}
+    cell_settings = settings.replace(layer=layer, pooling=pooling, feature=feature)
     k = cell_seeds(h, n_seeds)
-    head, m, preds = run_training(h, hcfg, sets["train"], sets["val"], sets["test"], n_seeds=k)
+    head, m, preds = run_training(h, cell_settings, sets["train"], sets["val"], sets["test"], n_seeds=k)
     est = evaluate(preds["y_true"], preds["y_pred"], ["spearman"], n_boot=int(n_boot), seed=int(seed))
     sp = est["spearman"]
     if m["val_spearman"] is None and len(sets["val"]) and len(np.unique(sets["val"].y)) > 1:
@@ -97,7 +98,7 @@ def fit_cell(
 
 def fit_cells(
     cells: Sequence[tuple[str, int, str]],
-    head_cfgs: Mapping[str, Mapping[str, Any]],
+    head_settings: Mapping[str, HeadSettings],
     ids: Mapping[str, Sequence[str]],
     by_id: Mapping[str, Mapping[str, Any]],
     targets: pd.DataFrame,
@@ -108,8 +109,8 @@ def fit_cells(
     n_seeds: int = 1,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """One row per cell (`fit_cell`; head config `head_cfgs[head]`), each a fresh fit on the same splits."""
-    rows = [fit_cell(c, head_cfgs[c[0]], ids, by_id, targets, features, n_boot=n_boot, seed=seed,
+    """One row per cell (`fit_cell`; head settings `head_settings[head]`), each a fresh fit on the same splits."""
+    rows = [fit_cell(c, head_settings[c[0]], ids, by_id, targets, features, n_boot=n_boot, seed=seed,
                      n_seeds=n_seeds)[0]
             for c in tqdm(cells, desc="sweep", unit="fit", disable=not progress)]
     return pd.DataFrame(rows)

@@ -40,6 +40,7 @@ import pandas as pd
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.heads.base import HEADS, POINT_KINDS, BaseHead, LabeledSet, Points
 from lengthpred.heads.search import SearchSettings, sample_candidates, search_rows, space, space_size, subset
+from lengthpred.heads.settings import HeadSettings
 from lengthpred.metrics import METRICS, is_undefined
 from lengthpred.seeds import (
     POINT_COLUMNS,
@@ -52,13 +53,6 @@ from lengthpred.seeds import (
 )
 
 PREDICTION_COLUMNS = ["head", "split", "id", "domain", "y_true", "y_pred", "n_samples", "capped_frac"]
-
-
-def head_params(head_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Constructor keywords from a head config: its `params:` block without `_target_`."""
-    params = dict(head_cfg.get("params") or {})
-    params.pop("_target_", None)
-    return params
 
 
 def build_head(name: str, **params: Any) -> BaseHead:
@@ -264,7 +258,7 @@ def _seed_params(head_name: str, params: dict[str, Any], n_seeds: int) -> list[d
 
 def run_training(
     head_name: str,
-    head_cfg: Mapping[str, Any],
+    settings: HeadSettings,
     train: LabeledSet,
     val: LabeledSet | None,
     test: LabeledSet,
@@ -274,20 +268,21 @@ def run_training(
     n_seeds: int = 1,
     val_split: str | Sequence[str] | None = None,
 ) -> tuple[BaseHead, dict[str, Any], pd.DataFrame]:
-    """Fit `head_name` on train (selecting `head_cfg.select` on val), predict test; with `n_seeds > 1`, the
+    """Fit `head_name` on train (selecting `settings.select` on val), predict test; with `n_seeds > 1`, the
     same per seed (module docstring), keeping the first seed's head.
 
     Returns (fitted head, metrics dict, predictions DataFrame with one row per test prompt, split name(s)
     `split` (one, or one per test row), head name `label or head_name`; with `val_split`, also one row per
     val prompt under that name or names). All data checks run before the first fit.
     """
+    if not isinstance(settings, HeadSettings):
+        raise TypeError(f"run_training takes HeadSettings (HeadSettings.from_mapping), not {type(settings).__name__}")
     klass = HEADS.get(head_name)
-    params = head_params(head_cfg)
-    search = SearchSettings.from_cfg(head_cfg.get("search"))
+    params, search = dict(settings.params), settings.search
     if search is None:
-        candidates = _candidates(head_cfg.get("select"))
+        candidates = _candidates(settings.select)
     else:
-        candidates = sample_candidates(head_name, head_cfg.get("select"), search)
+        candidates = sample_candidates(head_name, settings.select, search)
     for cand in candidates:
         build_head(head_name, **(params | cand))  # bad keys fail before any work
     seed_params = _seed_params(head_name, params, int(n_seeds))
@@ -321,9 +316,9 @@ def run_training(
     metrics: dict[str, Any] = {
         **score(test.y, y_pred),
         "head": label or head_name,
-        "layer": head_cfg.get("layer"),
-        "pooling": head_cfg.get("pooling"),
-        "feature": head_cfg.get("feature"),
+        "layer": settings.layer,
+        "pooling": _listed(settings.pooling),
+        "feature": _listed(settings.feature),
         "n_train": len(train),
         "n_val": len(val) if val is not None else 0,
         "n_test": len(test),
@@ -340,7 +335,7 @@ def run_training(
         "n_candidates": len(candidates) if use_val else 1,
         "fit_seconds": round(fit_seconds, 3),
         "candidates": records,
-        "search": _search_record(search, head_cfg.get("select"), candidates, use_val, len(train), rows),
+        "search": _search_record(search, settings.select, candidates, use_val, len(train), rows),
     }
     seed_preds: list[np.ndarray] = []
     if len(fits) > 1:
@@ -355,6 +350,11 @@ def run_training(
         val_frame = predictions_frame(label or head_name, val_split, val, val_preds[0], val_preds if len(fits) > 1 else ())
         frame = pd.concat([frame, val_frame.assign(**quantile_columns(head, x_val))], ignore_index=True)
     return head, metrics, frame
+
+
+def _listed(value: Any) -> Any:
+    """A settings tuple as the list metrics.json has always held (other values unchanged)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _search_record(

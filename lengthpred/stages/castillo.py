@@ -44,7 +44,7 @@ from lengthpred.crossmodel.table import ALL_MODELS, short_model
 from lengthpred.crossmodel.tables import table_ceilings, table_t7, table_t7_datasets, table_t7_summary
 from lengthpred.crossmodel.union import PromptUnion, read_union
 from lengthpred.errors import ConfigError
-from lengthpred.heads import HEADS
+from lengthpred.heads import HEADS, HeadSettings
 from lengthpred.models import load_tokenizer
 from lengthpred.paths import resolve
 from lengthpred.stages.features import ensure_features, feature_settings
@@ -121,7 +121,8 @@ def head_specs(cfg: DictConfig, models: Sequence[str]) -> list[HeadSpec]:
             if search is not None and "search" not in hcfg:
                 hcfg["search"] = search
             feature = feature_name(merged) if klass.input_kind == "features" else None
-            specs.append(HeadSpec(str(name), hcfg | {"feature": feature}, feature, targets, within=is_within,
+            settings = HeadSettings.from_mapping(hcfg | {"feature": feature}, group=f"head {name}")
+            specs.append(HeadSpec(str(name), settings, feature, targets, within=is_within,
                                   pooled_only=not is_within and str(name) in within))
     return specs
 
@@ -141,7 +142,7 @@ def _feature_columns(cfg: DictConfig, specs: list[HeadSpec]) -> list[str]:
     cols = []
     for s in specs:
         if s.feature is not None:
-            check_features_config(settings, s.feature, None, str(s.cfg.get("pooling")))
+            check_features_config(settings, s.feature, None, str(s.settings.pooling))
             cols.append(s.feature)
     return sorted(set(cols))
 

@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.features.settings import FeatureSettings
 from lengthpred.heads.base import HEADS, BaseHead
+from lengthpred.heads.settings import HeadSettings
 from lengthpred.names import FeatureKey
 from lengthpred.paths import REPO_ROOT
 
@@ -149,3 +150,8 @@ def head_config(cfg: Any, name: str) -> dict[str, Any]:
     root = OmegaConf.to_container(cfg, resolve=False)  # a plain copy: the struct flag would refuse new keys
     root["head"] = head_file(name)
     return OmegaConf.to_container(OmegaConf.create(root).head, resolve=True)
+
+
+def head_settings(cfg: Any, name: str) -> HeadSettings:
+    """`head_config(cfg, name)` as the `HeadSettings` the fitting code reads."""
+    return HeadSettings.from_mapping(head_config(cfg, name), group=f"head {name}")

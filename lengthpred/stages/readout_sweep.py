@@ -74,7 +74,7 @@ def sweep_poolings(cfg: Any, out_dir: str | Path) -> tuple[pd.DataFrame, pd.Data
     inputs = sweep_inputs(cfg, cells)
     rows, preds = [], {}
     for c in tqdm(cells, desc="poolings", unit="cell"):
-        row, p = fit_cell(c, inputs["head_cfgs"][c[0]], inputs["ids"], inputs["by_id"], inputs["targets"],
+        row, p = fit_cell(c, inputs["head_settings"][c[0]], inputs["ids"], inputs["by_id"], inputs["targets"],
                           inputs["features"], n_boot=int(s.n_boot), seed=int(cfg.seed),
                           n_seeds=int(s.get("n_seeds") or 1))
         rows.append(row)

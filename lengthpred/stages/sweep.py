@@ -15,7 +15,7 @@ from lengthpred.heads.sweep import fit_cells, grid
 from lengthpred.heads.sweep import render as render_rows
 from lengthpred.names import FeatureKey
 from lengthpred.stages.features import ensure_features, feature_settings
-from lengthpred.stages.heads import check_features_config, head_config
+from lengthpred.stages.heads import check_features_config, head_settings
 from lengthpred.stages.targets import load_targets
 from lengthpred.stages.tracking import tracked
 from lengthpred.targets import target_frame
@@ -31,7 +31,7 @@ def sweep_inputs(cfg: Any, cells: list[tuple[str, int, str]]) -> dict[str, Any]:
                               pooling)
     prompts = load_prompts(cfg.data)
     return {
-        "head_cfgs": {h: head_config(cfg, h) for h in dict.fromkeys(h for h, _, _ in cells)},
+        "head_settings": {h: head_settings(cfg, h) for h in dict.fromkeys(h for h, _, _ in cells)},
         "ids": indomain_ids(load_splits(cfg.data)),
         "by_id": {r["id"]: r for r in prompts},
         "targets": target_frame(load_targets(cfg, prompts=prompts)),

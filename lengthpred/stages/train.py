@@ -27,7 +27,7 @@ from lengthpred.eval.predictions import append_predictions
 from lengthpred.heads.assemble import forelen_ids, indomain_ids, labeled_set, per_domain_split_names
 from lengthpred.heads.base import HEADS, LabeledSet
 from lengthpred.heads.cross import CROSS_MODES, cross_mode, fit_cross, select_cross
-from lengthpred.heads.search import cross_config
+from lengthpred.heads.settings import HeadSettings
 from lengthpred.heads.training import per_domain_scores, predictions_frame, run_training, score
 from lengthpred.names import FeatureKey, SplitName
 from lengthpred.stages.features import check_head_feature, ensure_features, feature_settings, truncated_counts
@@ -117,17 +117,17 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
     klass = HEADS.get(name)
     ids = indomain_ids(splits)
     sets = {part: data.labeled(ids[part], part) for part in ("train", "val", "test")}
-    head_cfg = plain(cfg.head) | {"feature": feature}
+    settings = HeadSettings.from_mapping(plain(cfg.head) | {"feature": feature}, group=f"head {name}")
     with threadpool_limits(limits=1, user_api="blas"):  # see lengthpred.heads.cross: small fits, busy cores
         head, metrics, preds = run_training(
             name,
-            head_cfg,
+            settings,
             sets["train"],
             sets["val"],
             sets["test"],
             split=per_domain_split_names(sets["test"]),
             val_split=per_domain_split_names(sets["val"], "val"),  # for choices made later on val (stacking)
-            n_seeds=int(head_cfg.get("n_seeds") or 1),  # in-domain only: the cross pairs use the first seed
+            n_seeds=settings.n_seeds,  # in-domain only: the cross pairs use the first seed
         )
     is_test = [SplitName.parse(v).part == "test" for v in preds["split"]]
     metrics["per_domain"] = per_domain_scores(preds[is_test])
@@ -142,7 +142,7 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
             metrics.setdefault("forelen", {})[split_name] = {**score(sub.y, y_pred), "n": len(sub)}
     cross_pairs = select_cross(splits.get("cross") or [], mode)
     if cross_pairs:
-        cross = fit_cross(name, cross_config(head_cfg, metrics.get("selected")), cross_pairs, data.labeled_or_none)
+        cross = fit_cross(name, settings.for_cross(metrics.get("selected")), cross_pairs, data.labeled_or_none)
         if len(cross.predictions):
             frames.append(cross.predictions)
         metrics |= cross.metrics(mode)

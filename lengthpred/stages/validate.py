@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from lengthpred.errors import ConfigError
 from lengthpred.heads.search import SearchSettings, sample_candidates
+from lengthpred.heads.settings import HEAD_KEYS
 from lengthpred.serve.vllm_engine import SETUP_HINT
 from lengthpred.stages.heads import constructor_params, head_class
 from lengthpred.stages.tracking import logger_mode
@@ -186,7 +187,6 @@ RULES: dict[str, Rule] = {
     "distribution.adapt.forgetting": number(0, 1, lo_open=True),
 }
 
-HEAD_KEYS = ("params", "select", "search", "n_seeds", "layer", "layers", "pooling")  # a head config's top level (stages.heads)
 
 
 def _value(cfg: Any, key: str) -> Any:
