@@ -13,9 +13,9 @@ import pytest
 from lengthpred.errors import DataError
 from lengthpred.serve.calibration_check import CheckBounds, check_calibration
 from lengthpred.serve.clock import VirtualClock
-from lengthpred.serve.experiment import ServeSettings, calibrate, fidelity_summary, run_grid
+from lengthpred.serve.experiment import ServeSettings, calibrate, fidelity_summary, resimulate, run_grid
 from lengthpred.serve.fake import FakeEngine
-from lengthpred.serve.fidelity import step_drift
+from lengthpred.serve.fidelity import at_speed, step_drift
 from lengthpred.serve.metrics import SLO, itl_metrics, latency_metrics
 from lengthpred.serve.paired import gain_interval, paired_gains, sign_flip_p
 from lengthpred.serve.predictor import NoPredictor, TablePredictor
@@ -184,6 +184,31 @@ def test_grid_reports_per_run_fidelity_drift_and_the_bench_tables():
     assert set(pg["policy"]) == {"sjf", "oracle-sjf"} and (pg["n"] == 2).all()
     assert (pg["interval"] == "2 repeats: too few for an interval").all()
     assert (pg["loo_low"] <= pg["gain"] + 1e-12).all() and (pg["gain"] <= pg["loo_high"] + 1e-12).all()
+
+
+def test_a_run_replayed_at_its_own_speed_leaves_only_the_queueing_models_error():
+    """A calibration made while the machine ran 25% faster misses every run (drift 1.25); replayed on the profile
+    at each run's own measured speed, the fake engine's runs are matched again: the miss was the speed."""
+    from dataclasses import replace
+
+    clock = VirtualClock()
+    s = ServeSettings(loads=[0.9], seeds=[0, 1], n_requests=20, policies=["fcfs", "oracle"], calibration_requests=12,
+                      fit_skip=0)
+    res = run_grid(FakeEngine(PROF, clock), _pool(), s, lambda pol: ("none", NoPredictor()), clock=clock,
+                   progress=lambda m: None)
+    fast = replace(res.fit, profile=at_speed(res.fit.profile, 1 / 1.25))
+    again = resimulate(res.requests, res.steps, res.runs, "fake", FakeEngine(PROF, clock).limits, fast, res.capacity, s)
+    assert np.allclose(again.drift["drift"], 1.25) and again.drift["drifting"].all()
+    off = again.fidelity.query("metric == 'jct_mean'")["abs_err"]
+    at = again.fidelity_at_speed.query("metric == 'jct_mean'")["abs_err"]
+    assert len(at) == 4 and (off > 0.1).all() and (at < 1e-6).all()
+    table = fidelity_table(fidelity_summary(again.fidelity_at_speed), 0.05)
+    assert table.count("1.250–1.250 (2/2)") == 2 and "| 0.0% (0.0%) |" in table  # both policies' runs, both off
+    # tracking the machine between runs: each run at the speed of the one before (the first at the calibration's)
+    track = again.fidelity_tracking.query("metric == 'jct_mean'")["abs_err"].to_numpy()
+    assert track[0] > 0.1 and (track[1:] < 1e-6).all()
+    with pytest.raises(ValueError, match="positive"):
+        at_speed(PROF, math.nan)
 
 
 def test_the_named_vllm_profile_is_the_committed_calibration():

@@ -34,7 +34,14 @@ from lengthpred.sched.core.workload import capacity
 from lengthpred.serve.calibration_check import CalibrationCheck, CheckBounds, check_calibration, run_drifts
 from lengthpred.serve.clock import WallClock
 from lengthpred.serve.engine import Engine, EngineLimits
-from lengthpred.serve.fidelity import contention_factor, errors, sim_metrics, simulate_run, step_residuals
+from lengthpred.serve.fidelity import (
+    at_speed,
+    contention_factor,
+    errors,
+    sim_metrics,
+    simulate_run,
+    step_residuals,
+)
 from lengthpred.serve.metrics import SLO, blank_latencies, overloaded, real_run_metrics
 from lengthpred.serve.predictor import NoPredictor
 from lengthpred.serve.priority import AGING_WEIGHT, by_sim_policy, get_policy
@@ -100,6 +107,8 @@ class GridResult:
     fidelity_no_contention: pd.DataFrame = field(default_factory=pd.DataFrame)  # live-predictor runs, uncorrected
     check: CalibrationCheck | None = None  # the calibration burst's check (None: a profile given, or not stored)
     drift: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run: step-time drift from the profile
+    fidelity_at_speed: pd.DataFrame = field(default_factory=pd.DataFrame)  # each run on the profile at its own speed
+    fidelity_tracking: pd.DataFrame = field(default_factory=pd.DataFrame)  # ... at the previous run's speed
 
 
 def calibrate(engine: Engine, pool: PromptPool, s: ServeSettings, clock: Any
@@ -265,7 +274,26 @@ def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit
                                                              fit_all.profile, s.sim, f_all), s.slo))])
     resid = step_residuals(steps, fit.profile) if len(steps) else pd.DataFrame()
     return GridResult(runs, requests, steps, fid, fid_all, resid, fit, fit_all, cap, cal,
-                      [r.overload for r in done if r.overload], fid_plain, chk, drift)
+                      [r.overload for r in done if r.overload], fid_plain, chk, drift,
+                      _at_speeds(done, drift, s, fit), _at_speeds(done, drift, s, fit, lag=1))
+
+
+def _at_speeds(done: list[_Run], drift: pd.DataFrame, s: ServeSettings, fit: ProfileFit, lag: int = 0) -> pd.DataFrame:
+    """Fidelity with each run replayed on the profile scaled by a measured drift (`at_speed`; a live predictor's
+    contention factor as in the main replay). `lag` 0: the run's own drift, so what is left is the queueing
+    model's error; 1: the drift of the run before it (`done` is in the order the runs ran; the first run keeps
+    the calibration), a calibration that tracks the machine between runs, out of sample."""
+    rows = []
+    drifts = drift["drift"].to_numpy(float) if len(drift) else np.full(len(done), math.nan)
+    for i, r in enumerate(done):
+        d = drifts[i - lag] if i >= lag else 1.0
+        if r.overload or not (math.isfinite(d) and d > 0):
+            continue
+        simr = simulate_run(r.log.requests, by_sim_policy(r.key["policy"], s.aging_weight), at_speed(fit.profile, d),
+                            s.sim, float(r.sim.get("contention", 1.0)))
+        rows += [{**r.key, **e, "drift": drifts[i], "drifting": bool(drift.iloc[i]["drifting"])}
+                 for e in errors(r.real, sim_metrics(simr, s.slo))]
+    return pd.DataFrame(rows)
 
 
 def resimulate(requests: pd.DataFrame, steps: pd.DataFrame, runs: pd.DataFrame, engine_name: str,

@@ -13,6 +13,9 @@ over modelled step time on steps without a prediction in flight): the fidelity t
 exceeds a stated bound, since queueing turns a few percent of step time into a larger TTFT error.
 `step_residuals` shows where the step-time model misses: measured against modelled step time per regime
 (decode-only steps by batch size, steps that prefill).
+`at_speed` is the profile at a run's own measured speed (every time coefficient times its drift): replayed on
+it, a run's error is the queueing model's alone, with the machine's speed during the run taken as known (one
+number per run, read from its steps), which no calibration made before the run can know.
 """
 
 from __future__ import annotations
@@ -81,6 +84,17 @@ def step_drift(steps: pd.DataFrame, profile: HardwareProfile, skip: int = 2) -> 
     step qualifies."""
     d, m = step_durations_kept(steps, profile, skip)
     return float(d.sum() / m.sum()) if len(d) else math.nan
+
+
+TIME_FIELDS = ("t_base", "t_seq", "t_ctx", "t_prefill_token", "t_swap_token", "t_draft")  # seconds in a profile
+
+
+def at_speed(profile: HardwareProfile, drift: float) -> HardwareProfile:
+    """`profile` with every time coefficient scaled by `drift` (`step_drift` of a run: 1.1 = 10% slower)."""
+    if not (math.isfinite(drift) and drift > 0):
+        raise ValueError(f"drift must be a positive number, got {drift}")
+    return profile.with_overrides(name=f"{profile.name}@{drift:.3f}",
+                                  **{f: getattr(profile, f) * drift for f in TIME_FIELDS})
 
 
 def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareProfile,

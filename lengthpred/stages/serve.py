@@ -493,6 +493,10 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     fsum_all.to_csv(out / "fidelity_in_sample_summary.csv", index=False)
     fsum_plain = fidelity_summary(res.fidelity_no_contention)
     fsum_plain.to_csv(out / "fidelity_no_contention_summary.csv", index=False)
+    fsum_speed = fidelity_summary(res.fidelity_at_speed)
+    fsum_speed.to_csv(out / "fidelity_at_run_speed_summary.csv", index=False)
+    fsum_track = fidelity_summary(res.fidelity_tracking)
+    fsum_track.to_csv(out / "fidelity_previous_run_speed_summary.csv", index=False)
     if res.calibration is not None:
         res.calibration.steps.to_parquet(out / "calibration_steps.parquet", index=False)
     res.residuals.to_csv(out / "step_residuals.csv", index=False)
@@ -543,6 +547,14 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
         print(f"\nIn sample (profile refitted on every run's steps, {res.fit_all.profile.name}): worst |error| "
               f"{100 * worst:.1f}%; if this is small and the table above is not, the calibration burst is at fault, "
               f"not the model's form")
+    if len(fsum_speed):
+        print(f"\n**The same replay at each run's own speed** (every time coefficient of the profile times the run's "
+              f"measured drift, read from its steps, so in sample by one number per run): what is left is the "
+              f"queueing model's error, not the machine's speed\n\n{report.fidelity_table(fsum_speed)}")
+    if len(fsum_track):
+        print(f"\n**At the previous run's speed** (a calibration that tracks the machine between runs, out of "
+              f"sample: each run on the profile times the drift of the run before it)\n\n"
+              f"{report.fidelity_table(fsum_track)}")
     if len(fsum_plain):
         print(f"\nLive-predictor runs without the contention model (steps not slowed while a prediction "
               f"runs):\n\n{report.fidelity_table(fsum_plain)}")
