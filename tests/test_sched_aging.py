@@ -73,14 +73,13 @@ def test_the_replay_ages_priorities_on_the_engine_as_the_simulator_does():
     assert get_policy("oracle-aging").aged_priority(None, 100, 6.99) == round(100 - AGING_WEIGHT * 6.99 / 100)
 
 
-def test_aging_policies_run_on_vllm_but_not_with_the_engine_readout():
-    """vLLM's waiting heap is re-keyed in-process (VLLMEngine.reprioritize); the engine readout predicts only
-    during a request's own prefill, so its decodes cannot age from arrival."""
+def test_aging_policies_run_on_vllm_with_either_predictor_source():
+    """vLLM's waiting heap is re-keyed in-process (VLLMEngine.reprioritize); with the engine readout a decode
+    ages from its arrival once its prefill has predicted (tests/test_serve_engine_readout.py)."""
     from lengthpred.stages.serve import settings_from_cfg
 
     from .conftest import compose_cfg
 
-    with pytest.raises(ConfigError, match="engine readout makes only during their prefill"):
-        settings_from_cfg(compose_cfg(["serve.policies=[fcfs,sjf-aging]"]))
+    assert settings_from_cfg(compose_cfg(["serve.policies=[fcfs,sjf-aging]"])).policies == ["fcfs", "sjf-aging"]
     s = settings_from_cfg(compose_cfg(["serve.policies=[fcfs,sjf-aging,oracle-aging]", "serve.predictor.source=worker"]))
     assert s.policies == ["fcfs", "sjf-aging", "oracle-aging"]

@@ -210,3 +210,25 @@ def test_fcfs_prefill_first_serves_in_two_phases_without_a_prediction_and_the_si
     assert get_policy("fcfs-pf").sim_policy == "fcfs-prefill-first" and get_policy("fcfs-pf").sim_make == "fcfs"
     assert_simulator_equals(runs["fcfs-pf"], "fcfs-pf", PROF)
     assert_simulator_equals(runs["fcfs"], "fcfs", PROF)
+
+
+def test_aging_with_the_engine_readout_is_served_and_simulated_alike():
+    """An aging policy on the readout from the engine's own prefill: decodes compete for slots at their aged
+    priorities, prefills stay ahead of every decode however old, and the simulator's `prefill_first` replay
+    with aging matches the fake engine's run."""
+    reqs = _requests(60, seed=3, gap=0.08)
+    runs = {}
+    for name in ("sjf", "sjf-aging"):
+        clock = VirtualClock(start=7.0)
+        pred = EngineReadout(_readout())
+        try:
+            runs[name] = replay(reqs, FakeEngine(PROF, clock), get_policy(name, aging_weight=3000.0), pred, clock)
+        finally:
+            pred.close()
+    aged = runs["sjf-aging"].requests.set_index("rid")
+    assert (aged["status"] == "finished").all() and aged["prefill_first"].all() and aged["split"].any()
+    order = {k: v.requests.sort_values("finish")["rid"].tolist() for k, v in runs.items()}
+    assert order["sjf"] != order["sjf-aging"]  # aging changed who went first
+    wait = {k: float((v.requests["finish"] - v.requests["arrival"]).max()) for k, v in runs.items()}
+    assert wait["sjf-aging"] < wait["sjf"]  # and shortened the longest request
+    assert_simulator_equals(runs["sjf-aging"], "sjf-aging", PROF, aging_weight=3000.0)

@@ -38,11 +38,11 @@ import pandas as pd
 
 from lengthpred.errors import ConfigError, ModelError
 from lengthpred.serve.engine import Engine, RequestRejected
-from lengthpred.serve.priority import ServePolicy
+from lengthpred.serve.priority import MAX_PRIORITY, ServePolicy
 from lengthpred.serve.workload import ServeRequest
 
 PREFILL_SUFFIX = "/prefill"  # the engine id of a request's prefill phase (in-engine predictor)
-PREFILL_PRIORITY = -1  # ahead of every decode: vLLM's priorities here are >= 0 (lengthpred.serve.priority)
+PREFILL_PRIORITY = -MAX_PRIORITY - 1  # ahead of every decode, an aged one's too (lengthpred.serve.priority)
 STEP_COLUMNS = ["t_start", "t_end", "idle_before", "batch", "prefill_tokens", "ctx_tokens", "n_waiting",
                 "n_running", "n_predicting", "n_preempted"]
 
@@ -103,14 +103,15 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
                 r["added"] = clock.now() - t0
             except RequestRejected as e:
                 r["status"], r["reason"] = "rejected", str(e)
+        aged_at = clock.now() - t0 if policy.ages and engine.has_unfinished() else None
+        if aged_at is not None:  # priorities that fall as requests wait: re-set before the engine schedules
+            _age(engine, policy, rec, by_id, aged_at)
         if staged:
-            staged.decide(by_id, rec, t0)  # after this boundary's arrivals entered, before the next step
+            staged.decide(by_id, rec, t0, aged_at)  # after this boundary's arrivals entered, before the next step
         if horizon is not None and now >= horizon:
             hit = True
             break
         if engine.has_unfinished():
-            if policy.ages:  # priorities that fall as requests wait: re-set before the engine schedules
-                _age(engine, policy, rec, by_id, clock.now() - t0)
             ts = clock.now()
             info = engine.step()
             te = clock.now()
@@ -225,9 +226,15 @@ class _TwoPhase:
         if req.length > 1 and eid not in info.finished:
             self.pending.append((eid, prio, req.arrival, (list(info.token_ids.get(eid, [])) or [0])[0]))
 
-    def decide(self, by_id: dict[str, ServeRequest], rec: dict[str, dict], t0: float) -> None:
+    def decide(self, by_id: dict[str, ServeRequest], rec: dict[str, dict], t0: float, aged_at: float | None = None
+               ) -> None:
+        """Keep or yield each just-prefilled decode's slot; under an aging policy (`aged_at`: the time the waiting
+        requests were re-keyed) the decodes compete at their aged priorities too."""
         if not self.pending:
             return
+        if aged_at is not None:
+            self.pending = [(eid, _aged(self.policy, rec, by_id, _base(eid), aged_at), a, first)
+                            for eid, _, a, first in self.pending]
         eng = self.engine
         free = eng.limits.max_batch - (eng.n_running() - len(self.pending))
         # the engine keys its waiting requests by epoch arrival times (`clock.epoch`), so the candidates are too:
@@ -259,10 +266,14 @@ def _age(engine: Engine, policy: ServePolicy, rec: dict[str, dict], by_id: dict[
     def key(rid: str) -> int:
         if rid.endswith(PREFILL_SUFFIX):  # a prefill phase keeps its place ahead of every decode
             return PREFILL_PRIORITY
-        q = by_id[rid]
-        return policy.aged_priority(rec[rid]["prediction"], q.length, now - q.arrival)
+        return _aged(policy, rec, by_id, rid, now)
 
     engine.reprioritize(key)
+
+
+def _aged(policy: ServePolicy, rec: dict[str, dict], by_id: dict[str, ServeRequest], rid: str, now: float) -> int:
+    q = by_id[rid]
+    return policy.aged_priority(rec[rid]["prediction"], q.length, now - q.arrival)
 
 
 def queue_series(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

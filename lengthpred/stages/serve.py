@@ -85,7 +85,6 @@ def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
     predicting = _predicting(sc.policies)
     if predicting and sc.predictor.kind == "none":
         raise ConfigError(f"serve.policies has {predicting[0]} but serve.predictor.kind=none; choose rls or stored")
-    aging = [p for p in sc.policies if POLICIES[p].ages]
     source = predictor_source(sc)
     if source not in ("engine", "worker"):
         raise ConfigError(f"serve.predictor.source={source!r}; valid: engine, worker")
@@ -98,9 +97,6 @@ def settings_from_cfg(cfg: DictConfig) -> ServeSettings:
                           "serve.predictor.kind=rls, features=live, source=engine")
     if dist:
         dist_settings(sc)
-    if aging and live and source == "engine":
-        raise ConfigError(f"serve.policies {aging}: an aging policy re-keys waiting requests by their prediction, "
-                          "which the engine readout makes only during their prefill; use serve.predictor.source=worker")
     if live and source == "worker" and sc.engine.kind == "fake" and sc.engine.fake_clock != "wall":
         raise ConfigError("a live predictor runs on the wall clock: set serve.engine.fake_clock=wall with the fake engine")
     if not sc.loads or min(sc.loads) <= 0:

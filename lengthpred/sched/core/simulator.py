@@ -281,9 +281,9 @@ def _check_options(policy: Policy, preemption: str, predictor_mode: str, waterma
     slow = [(float(a), float(b), float(f)) for a, b, f in slowdown]
     if any(b < a or f <= 0 for a, b, f in slow) or any(slow[i][1] > slow[i + 1][0] for i in range(len(slow) - 1)):
         raise ConfigError("slowdown intervals must be sorted, disjoint (t0 <= t1) and have a factor > 0")
-    if prefill_first and (policy.preemptive or speculative or getattr(policy, "ages", False)):
-        raise ConfigError(f"prefill_first models a non-preemptive engine without speculative decoding or aging "
-                          f"keys; policy {policy.name!r}{' with speculative decoding' if speculative else ''} is not one")
+    if prefill_first and (policy.preemptive or speculative):
+        raise ConfigError(f"prefill_first models a non-preemptive engine without speculative decoding; policy "
+                          f"{policy.name!r}{' with speculative decoding' if speculative else ''} is not one")
     return slow
 
 
@@ -371,10 +371,12 @@ def _preempt(st: SimState, rq: _Requests, sv: _Server, j: int) -> None:
     _enqueue(st, k, j)
 
 
-def _rekey_waiting(st: SimState, sv: _Server) -> None:
-    """Keys that age at rates of their own (`policy.ages`) are renewed before each admission."""
+def _rekey_waiting(st: SimState, rq: _Requests, sv: _Server) -> None:
+    """Keys that age at rates of their own (`policy.ages`) are renewed before each admission; a request still to
+    run its prefill phase (prefill_first) keeps its place ahead of every decode."""
     if sv.ages and len(st.waiting) > 1:
-        st.waiting[:] = [(sv.waiting_key_at(j, st.now) + sv.aging * sv.arrival[j], s, j) for _, s, j in st.waiting]
+        st.waiting[:] = [(-math.inf if rq.staged[j] else sv.waiting_key_at(j, st.now) + sv.aging * sv.arrival[j], s, j)
+                         for _, s, j in st.waiting]
         heapq.heapify(st.waiting)
 
 
@@ -382,7 +384,7 @@ def _admit(st: SimState, rq: _Requests, sv: _Server) -> None:
     """Admit from the top of the waiting queue (strict priority) while memory, batch and token budget allow;
     a preemptive policy may evict its worst running request for a better waiting one. The prefill's time
     goes into the next jump."""
-    _rekey_waiting(st, sv)
+    _rekey_waiting(st, rq, sv)
     prefill = 0
     while st.waiting:
         k, _, i = st.waiting[0]
