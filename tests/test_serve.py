@@ -69,9 +69,9 @@ def test_replay_on_the_fake_engine_equals_the_simulator(policy):
     assert_simulator_equals(run, policy, PROF)
 
 
-def assert_simulator_equals(run, policy: str, prof: HardwareProfile, aging_weight: float | None = None) -> None:
+def assert_simulator_equals(run, policy: str, prof: HardwareProfile) -> None:
     """The simulator's replay of a fake-engine run: every first token, finish and metric to rounding."""
-    sim = simulate_run(run.requests, get_policy(policy, aging_weight), prof)
+    sim = simulate_run(run.requests, get_policy(policy), prof)
     np.testing.assert_allclose(sim["first_token"], run.requests["first_token"], atol=1e-9)
     np.testing.assert_allclose(sim["finish"], run.requests["finish"], atol=1e-9)
     real = real_run_metrics(run.requests, run.steps, run.end, SLO())

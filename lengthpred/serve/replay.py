@@ -272,8 +272,10 @@ def _age(engine: Engine, policy: ServePolicy, rec: dict[str, dict], by_id: dict[
 
 
 def _aged(policy: ServePolicy, rec: dict[str, dict], by_id: dict[str, ServeRequest], rid: str, now: float) -> int:
+    """The request's priority aged to `now`, from the priority it was given (the recorded, rounded one the
+    simulator's replay also reads), so the run and its replay age the same number."""
     q = by_id[rid]
-    return policy.aged_priority(rec[rid]["prediction"], q.length, now - q.arrival)
+    return policy.aged_priority(float(rec[rid]["priority"]), q.length, now - q.arrival)
 
 
 def queue_series(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
