@@ -83,3 +83,24 @@ def test_aging_policies_run_on_vllm_with_either_predictor_source():
     assert settings_from_cfg(compose_cfg(["serve.policies=[fcfs,sjf-aging]"])).policies == ["fcfs", "sjf-aging"]
     s = settings_from_cfg(compose_cfg(["serve.policies=[fcfs,sjf-aging,oracle-aging]", "serve.predictor.source=worker"]))
     assert s.policies == ["fcfs", "sjf-aging", "oracle-aging"]
+
+
+def test_aging_reads_the_engine_prefill_like_sjf():
+    """With the engine readout, sjf-aging gets the same in-engine predictor as sjf (it had a NoPredictor, and a
+    vLLM run stopped at its first request: 'no finite prediction')."""
+    from types import SimpleNamespace
+
+    from lengthpred.online.rls import RLSRegressor
+    from lengthpred.stages.serve import predictor_factory
+
+    from .conftest import compose_cfg
+
+    rng = np.random.default_rng(0)
+    est = RLSRegressor(1.0).fit(rng.normal(size=(20, 4)), rng.uniform(5, 50, 20))
+    cfg = compose_cfg(["serve.policies=[fcfs,sjf,sjf-aging]"])
+    make = predictor_factory(cfg, None, None, {}, None, None, readout=(None, est),
+                             engine=SimpleNamespace(capture=None))
+    for policy in ("sjf", "sjf-aging"):
+        label, pred = make(policy)
+        assert getattr(pred, "in_engine", False) and label.endswith("+engine"), policy
+    assert isinstance(make("fcfs")[1], NoPredictor)

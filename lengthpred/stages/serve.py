@@ -285,11 +285,11 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
                 if any(p in DIST_POLICIES for p in cfg.serve.policies) else {})
 
         def make(policy: str) -> tuple[str, Any]:
-            if policy == "sjf":
-                return label, EngineReadout(est, name=label, capture=capture)
             if policy in keys:
                 name, key = keys[policy]
                 return name, DistEngineReadout(key, name=name, capture=capture)
+            if _predicting([policy]):  # sjf, sjf-aging: the point readout
+                return label, EngineReadout(est, name=label, capture=capture)
             return label, NoPredictor()
         return make
     label = rls_name(pc.forgetting) + ("" if pc.features == "live" else "+stored")
