@@ -7,6 +7,7 @@ import hashlib
 import pytest
 
 from lengthpred.data.build import build_from_sources
+from lengthpred.data.settings import data_settings
 from tests.conftest import compose_cfg
 
 # sha1 of the comma-joined sorted ids of data=demo (360 prompts; its CoT variants left with the ForeLen
@@ -19,7 +20,7 @@ needs_data = pytest.mark.datasets
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     cfg = compose_cfg(["data=demo"], tmp_path_factory.mktemp("demo"))
-    return build_from_sources(cfg.data)
+    return build_from_sources(data_settings(cfg.data))
 
 
 @needs_data
@@ -53,7 +54,7 @@ BENCH_IDS_SHA1 = "a1260ba7a6d1a5103ad37112c4a13f967445f9f8"
 
 @needs_data
 def test_bench_selection_is_frozen_and_contains_the_demo(demo, tmp_path):
-    records, splits = build_from_sources(compose_cfg(["data=bench"], tmp_path).data)
+    records, splits = build_from_sources(data_settings(compose_cfg(["data=bench"], tmp_path).data))
     ids = sorted(r["id"] for r in records)
     assert len(ids) == 2440 and hashlib.sha1(",".join(ids).encode()).hexdigest() == BENCH_IDS_SHA1
     assert {r["id"] for r in demo[0]} <= set(ids)  # the demo's trace rows serve bench too

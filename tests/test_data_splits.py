@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lengthpred.data.records import make_record, prompt_id, user
 from lengthpred.data.select import build_pools, select_domain
+from lengthpred.data.settings import Forelen
 from lengthpred.data.splits import cross_pairs, split_ids
 
 
@@ -73,7 +74,7 @@ def test_forelen_excludes_train_prompts():
     train = {r["id"] for r in math[:15]}
     base = [r for r in math if r["id"] not in train]
     cot = cot_variants(base, 5, 0, "Think.")
-    subsets = forelen(math, cot, {"longseq": 10, "rl": 10}, 0, exclude=train)
+    subsets = forelen(math, cot, Forelen(longseq=10, rl=10), 0, exclude=train)
     assert not (set(subsets["longseq"]) | set(subsets["rl"])) & train
     assert len(subsets["rl"]) == 5 and len(subsets["reasoning"]) == 5
     bases = {c["messages"][-1]["content"].removesuffix("\n\nThink.") for c in cot}

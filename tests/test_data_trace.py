@@ -11,6 +11,7 @@ from omegaconf import open_dict
 
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.data.build import build_from_sources
+from lengthpred.data.settings import data_settings
 from lengthpred.data.trace import build_from_trace
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.stages.data import prepare
@@ -53,7 +54,7 @@ def test_jsonl_lists_stat_and_domains(tmp_path):
 def test_test_path_duplicates_removed_and_counted(tmp_path):
     tr = _write_jsonl(tmp_path / "train.jsonl", _rows(20))
     te = _write_jsonl(tmp_path / "test.jsonl", _rows(5, offset=18))  # 2 prompts also in train
-    records, splits = build_from_trace(_cfg(tmp_path, train_path=str(tr), test_path=str(te)).data)
+    records, splits = build_from_trace(data_settings(_cfg(tmp_path, train_path=str(tr), test_path=str(te)).data))
     assert splits["meta"]["train_test_duplicates_removed"] == 2
     parts = splits["indomain"]["all"]
     assert len(parts["test"]) == 5 and not set(parts["train"] + parts["val"]) & set(parts["test"])
@@ -65,7 +66,7 @@ def test_csv_and_parquet_chat_messages_and_int_lengths(tmp_path):
     csv.write_text('prompt,length\n"hi there",12\n"second one",7\n')
     table = pa.table({"prompt": [json.dumps(msgs), "plain"], "length": [3, 4]})
     pq.write_table(table, tmp_path / "t.parquet")
-    recs, _ = build_from_trace(_cfg(tmp_path, train_path=[str(csv), str(tmp_path / "t.parquet")]).data)
+    recs, _ = build_from_trace(data_settings(_cfg(tmp_path, train_path=[str(csv), str(tmp_path / "t.parquet")]).data))
     by_text = {r["messages"][-1]["content"]: r for r in recs}
     assert by_text["hi there"]["lengths"] == [12]
     assert by_text["hello"]["messages"][0] == {"role": "system", "content": "be brief"}
@@ -82,21 +83,35 @@ def test_bad_input_named_or_skipped_and_counted(tmp_path, content, kind):
     p = tmp_path / "bad.jsonl"
     p.write_bytes(content)
     with pytest.raises(DataError, match=rf"bad.jsonl:2: {kind}"):
-        build_from_trace(_cfg(tmp_path, train_path=str(p)).data)
-    recs, splits = build_from_trace(_cfg(tmp_path, train_path=str(p), on_bad_input="skip").data)
+        build_from_trace(data_settings(_cfg(tmp_path, train_path=str(p)).data))
+    recs, splits = build_from_trace(data_settings(_cfg(tmp_path, train_path=str(p), on_bad_input="skip").data))
     assert len(recs) == 1 and sum(splits["meta"]["bad_input_skipped"].values()) == 1
 
 
 def test_missing_file_and_bad_options(tmp_path):
     with pytest.raises(DataError, match="nope.jsonl: file not found"):
-        build_from_trace(_cfg(tmp_path, train_path=str(tmp_path / "nope.jsonl")).data)
+        build_from_trace(data_settings(_cfg(tmp_path, train_path=str(tmp_path / "nope.jsonl")).data))
     with pytest.raises(ConfigError, match="train_path"):
-        build_from_trace(_cfg(tmp_path).data)
+        build_from_trace(data_settings(_cfg(tmp_path).data))
     p = _write_jsonl(tmp_path / "t.jsonl", _rows(3))
     with pytest.raises(ConfigError, match="length_stat"):
-        build_from_trace(_cfg(tmp_path, train_path=str(p), length_stat="mode").data)
+        build_from_trace(data_settings(_cfg(tmp_path, train_path=str(p), length_stat="mode").data))
     with pytest.raises(DataError, match="does not exist"):
-        build_from_sources(compose_cfg(["data=demo", "data.root=/nonexistent"], tmp_path).data)
+        build_from_sources(data_settings(compose_cfg(["data=demo", "data.root=/nonexistent"], tmp_path).data))
+
+
+def test_data_settings_name_an_unknown_key_and_kind(tmp_path):
+    """A typo in the data group is one line naming it, never a silent default; every shipped group reads."""
+    for group in ("demo", "bench", "paper", "trace", "castillo"):
+        s = data_settings(compose_cfg([f"data={group}"], tmp_path).data)
+        assert s.name == group and s.kind in ("sources", "trace")
+    assert data_settings(compose_cfg(["data=demo"], tmp_path).data).forelen.exclude_train is True
+    with pytest.raises(ConfigError, match=r"unknown keys \['per_domian'\]"):
+        data_settings(compose_cfg(["data=demo", "+data.per_domian=5"], tmp_path).data)
+    with pytest.raises(ConfigError, match=r"data.forelen: unknown keys \['longsq'\]"):
+        data_settings(compose_cfg(["data=demo", "+data.forelen.longsq=5"], tmp_path).data)
+    with pytest.raises(ConfigError, match="castillo_union is read by experiment=castillo"):
+        data_settings(compose_cfg(["data=castillo_all"], tmp_path).data)
 
 
 @pytest.mark.datasets
@@ -105,7 +120,7 @@ def test_castillo_as_a_user_reads_it(tmp_path):
     with open_dict(cfg):
         cfg.data.train_path = f"{cfg.data.train_path}/Mbpp/{cfg.data.trace_file}"
     assert cfg.data.prompt_field == "prompt_text" and cfg.data.length_field == "output_sizes"
-    recs, splits = build_from_trace(cfg.data)
+    recs, splits = build_from_trace(data_settings(cfg.data))
     assert len(recs) == 195 and all(len(r["lengths"]) == 10 for r in recs)
     assert recs[0]["length_model"] == "castillo:meta-llama--Llama-3.1-8B-Instruct"
 
@@ -136,7 +151,7 @@ def test_json_array_non_utf8_names_the_line(tmp_path):
     p = tmp_path / "t.json"
     p.write_bytes(b'[{"prompt": "a", "length": 1},\n {"prompt": "caf\xe9", "length": 2}]')
     with pytest.raises(DataError, match=r"t.json:2: non-UTF-8"):
-        build_from_trace(_cfg(tmp_path, train_path=str(p), on_bad_input="skip").data)
+        build_from_trace(data_settings(_cfg(tmp_path, train_path=str(p), on_bad_input="skip").data))
 
 
 def test_a_change_to_the_data_code_rebuilds_the_cached_prompt_set(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from lengthpred.artefacts import SPLITS_JSON, splits_dir
 from lengthpred.data.readers import BadInputLog
 from lengthpred.data.records import COLUMNS
 from lengthpred.data.select import build_pools, select_domain
+from lengthpred.data.settings import SourceData, TraceData, data_settings
 from lengthpred.data.sources import SOURCES
 from lengthpred.data.splits import (
     cot_variants,
@@ -30,9 +31,15 @@ from lengthpred.data.splits import (
 from lengthpred.data.summary import format_table, reference_lengths, summary_rows
 from lengthpred.data.trace import build_from_trace, expand_paths, length_stat
 from lengthpred.errors import DataError
-from lengthpred.integrity import atomic_write_text, file_digest, locked, sweep_stale_temps, temp_path, tree_digest
+from lengthpred.integrity import (
+    atomic_write_text,
+    file_digest,
+    locked,
+    sweep_stale_temps,
+    temp_path,
+    tree_digest,
+)
 from lengthpred.models import serving_tokenizer
-from lengthpred.paths import data_dir as home_data_dir
 from lengthpred.paths import resolve
 from lengthpred.prompting import encode_prompt
 
@@ -97,37 +104,34 @@ def _read_sources(names: list[str], root: Path, bad: BadInputLog) -> dict[str, l
     return out
 
 
-def build_from_sources(data_cfg: Mapping[str, Any]) -> tuple[list[Record], dict[str, Any]]:
-    root = resolve(data_cfg["root"])
+def build_from_sources(s: SourceData) -> tuple[list[Record], dict[str, Any]]:
+    root = resolve(s.root)
     if not root.is_dir():
         raise DataError(f"data.root={root} does not exist (run scripts/fetch_datasets.py or set data.root)")
-    seed = int(data_cfg["seed"])
-    domains = {d: list(s) for d, s in data_cfg["domains"].items()}
-    bad = BadInputLog(data_cfg["on_bad_input"])
-    by_source = _read_sources(sorted({s for ss in domains.values() for s in ss}), root, bad)
-    pools, dropped = build_pools(by_source, domains, data_cfg["max_prompt_chars"])
-    per_domain = data_cfg["per_domain"]
-    accept = token_limit(data_cfg["max_prompt_tokens"])
+    seed = int(s.seed)
+    domains = {d: list(names) for d, names in s.domains.items()}
+    bad = BadInputLog(s.on_bad_input)
+    by_source = _read_sources(sorted({n for names in domains.values() for n in names}), root, bad)
+    pools, dropped = build_pools(by_source, domains, s.max_prompt_chars)
+    accept = token_limit(s.max_prompt_tokens)
     selected: dict[str, list[Record]] = {}
     for d in domains:
-        selected[d], n_rej = select_domain(pools[d], per_domain, seed, accept)
+        selected[d], n_rej = select_domain(pools[d], s.per_domain, seed, accept)
         if n_rej:
             dropped[d]["too_many_tokens"] += n_rej
-    indomain = {d: split_ids([r["id"] for r in recs], data_cfg["split"], seed) for d, recs in selected.items()}
+    indomain = {d: split_ids([r["id"] for r in recs], s.split, seed) for d, recs in selected.items()}
     flat = [r for recs in selected.values() for r in recs]
-    fl = data_cfg["forelen"]
+    fl = s.forelen
     # exclude_train: no subset prompt (nor a CoT variant's base prompt) is in any train split, so a
     # subset scores prompts no head has seen (cross pairs train on unions of these same train splits)
-    train_ids = ({i for parts in indomain.values() for i in parts["train"]}
-                 if fl.get("exclude_train", False) else set())
+    train_ids = {i for parts in indomain.values() for i in parts["train"]} if fl.exclude_train else set()
     cot = []
-    if fl.get("reasoning") != 0 and "math" in selected:
+    if fl.reasoning != 0 and "math" in selected:
         base = [r for r in selected["math"] if r["id"] not in train_ids]
-        cot = cot_variants(base, fl.get("reasoning") or len(base), seed,
-                           fl.get("cot_instruction", "Let's think step by step."))
+        cot = cot_variants(base, fl.reasoning or len(base), seed, fl.cot_instruction)
     records = flat + [r for r in cot if r["id"] not in {x["id"] for x in flat}]
     by_id = {r["id"]: r for r in records}
-    pairs, n_dup = cross_pairs(indomain, by_id, mix=bool(data_cfg["cross_mix"]))
+    pairs, n_dup = cross_pairs(indomain, by_id, mix=bool(s.cross_mix))
     splits = {
         "indomain": indomain,
         "cross": pairs,
@@ -206,6 +210,7 @@ def prepare(data_cfg: Mapping[str, Any], *, reference: Path | None = None, force
 
 
 def _prepare(data_cfg: Mapping[str, Any], out: Path, reference: Path | None, force: bool) -> Path:
+    s = data_settings(data_cfg)  # a typo in the group stops here, cached or not
     ref_path = reference if reference is not None and Path(reference).is_file() else None
     served = reference_lengths(ref_path) if ref_path else None
     want = _fingerprint(data_cfg, ref_path)
@@ -219,17 +224,14 @@ def _prepare(data_cfg: Mapping[str, Any], out: Path, reference: Path | None, for
         return out
     if why != "not built yet":
         log.warning("%s: %s; rebuilding", out, why)
-    if data_cfg["kind"] == "trace":
-        records, splits = build_from_trace(data_cfg)
-    else:
-        records, splits = build_from_sources(data_cfg)
+    records, splits = build_from_trace(s) if isinstance(s, TraceData) else build_from_sources(s)
     if served is not None:
         update_shifts(splits, served_length_shift(served))
         splits["meta"]["reference_trace"] = str(ref_path)
     splits["meta"]["config_hash"] = h
-    splits["meta"]["name"] = str(data_cfg["name"])
+    splits["meta"]["name"] = s.name
     out.mkdir(parents=True, exist_ok=True)
-    stat = length_stat(str(data_cfg.get("length_stat", "mean")))  # sources record other models' lengths
+    stat = length_stat(s.length_stat)  # sources record other models' lengths
     rows = [{**{c: r[c] for c in COLUMNS}, "length": stat(r["lengths"]) if r["lengths"] else None}
             for r in sorted(records, key=lambda r: r["id"])]
     # a crash from here on leaves a "building" stamp: loaders refuse the set and the next prepare rebuilds it

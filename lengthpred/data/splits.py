@@ -10,6 +10,7 @@ import numpy as np
 from scipy.stats import wasserstein_distance
 
 from lengthpred.data.records import content_key, make_record, prompt_chars
+from lengthpred.data.settings import Forelen
 from lengthpred.errors import ConfigError
 from lengthpred.names import pair_name
 
@@ -113,7 +114,7 @@ def cot_variants(math_recs: Sequence[Record], k: int, seed: int, instruction: st
 
 
 def forelen(
-    selected: Sequence[Record], cot: Sequence[Record], cfg: Mapping[str, Any], seed: int,
+    selected: Sequence[Record], cot: Sequence[Record], cfg: Forelen, seed: int,
     exclude: set[str] = frozenset(),
 ) -> dict[str, list[str]]:
     """LongSeq (longest inputs), Reasoning (CoT variants), RL (math+code prompts for many samples).
@@ -121,11 +122,11 @@ def forelen(
     `exclude`: ids (the train splits) no subset may contain, so a subset scores unseen prompts."""
     selected = [r for r in selected if r["id"] not in exclude]
     longest = sorted(selected, key=lambda r: (-prompt_chars(r), r["id"]))
-    n_long = cfg.get("longseq")
+    n_long = cfg.longseq
     longseq = sorted(r["id"] for r in (longest if n_long is None else longest[:n_long]))
     rl_pool = sorted(r["id"] for r in selected if r["domain"] in ("math", "code"))
     random.Random(seed + 1).shuffle(rl_pool)
-    n_rl = cfg.get("rl")
+    n_rl = cfg.rl
     rl = sorted(rl_pool if n_rl is None else rl_pool[:n_rl])
     return {"longseq": longseq, "reasoning": sorted(r["id"] for r in cot), "rl": rl}
 

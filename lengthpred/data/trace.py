@@ -10,12 +10,13 @@ import glob
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from lengthpred.data.readers import BadInputLog, field, iter_rows
 from lengthpred.data.records import content_key, make_record
+from lengthpred.data.settings import TraceData
 from lengthpred.data.splits import cross_pairs, dedup_train, forelen, split_ids
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.paths import resolve
@@ -166,22 +167,21 @@ def merge_duplicates(records: Sequence[Record]) -> tuple[list[Record], int]:
     return list(by_id.values()), n
 
 
-def build_from_trace(data_cfg: Mapping[str, Any]) -> tuple[list[Record], dict[str, Any]]:
+def build_from_trace(s: TraceData) -> tuple[list[Record], dict[str, Any]]:
     """Trace records and splits: indomain["all"] (val carved from train), per-domain and cross pairs."""
-    if not data_cfg.get("train_path"):
+    if not s.train_path:
         raise ConfigError("data=trace needs data.train_path=<file.jsonl|csv|parquet> (a glob or list works)")
-    stat_name = str(data_cfg["length_stat"])
-    length_stat(stat_name)  # fail on a bad name before reading anything
-    bad = BadInputLog(data_cfg["on_bad_input"])
-    kw = dict(domain_field=data_cfg["domain_field"], length_model=str(data_cfg["length_model"]))
-    pf, lf = str(data_cfg["prompt_field"]), data_cfg["length_field"]
-    train_recs, n_dup_tr = merge_duplicates(list(read_trace(expand_paths(data_cfg["train_path"], "data.train_path", data_cfg.get("trace_file")),
+    length_stat(s.length_stat)  # fail on a bad name before reading anything
+    bad = BadInputLog(s.on_bad_input)
+    kw = dict(domain_field=s.domain_field, length_model=str(s.length_model))
+    pf, lf = str(s.prompt_field), s.length_field
+    train_recs, n_dup_tr = merge_duplicates(list(read_trace(expand_paths(s.train_path, "data.train_path", s.trace_file),
                                                             pf, lf, bad, **kw)))
-    seed = int(data_cfg["seed"])
-    val_f, test_f = float(data_cfg["val_fraction"]), float(data_cfg["test_fraction"])
+    seed = int(s.seed)
+    val_f, test_f = float(s.val_fraction), float(s.test_fraction)
     n_cross_dup = 0
-    if data_cfg["test_path"]:
-        test_recs, n_dup_te = merge_duplicates(list(read_trace(expand_paths(data_cfg["test_path"], "data.test_path", data_cfg.get("trace_file")),
+    if s.test_path:
+        test_recs, n_dup_te = merge_duplicates(list(read_trace(expand_paths(s.test_path, "data.test_path", s.trace_file),
                                                                pf, lf, bad, **kw)))
         test_keys = {content_key(r["messages"]) for r in test_recs}
         kept = [r for r in train_recs if content_key(r["messages"]) not in test_keys]
@@ -196,24 +196,24 @@ def build_from_trace(data_cfg: Mapping[str, Any]) -> tuple[list[Record], dict[st
         test_ids = tr_va["test"]
     records = train_recs + [r for r in test_recs if r["id"] not in {x["id"] for x in train_recs}]
     if not records:
-        raise DataError(f"data.train_path={data_cfg['train_path']}: no usable records")
+        raise DataError(f"data.train_path={s.train_path}: no usable records")
     by_id = {r["id"]: r for r in records}
     tr, n_rm = dedup_train(tr_va["train"], test_ids, by_id)
     whole = {"train": tr, "val": tr_va["val"], "test": test_ids}
     domains = sorted({r["domain"] for r in records})
     pairs: list[dict[str, Any]] = []
-    if data_cfg["domain_field"] and len(domains) > 1:
+    if s.domain_field and len(domains) > 1:
         # per-domain parts partition the whole (no "all" beside them: pooling the domains gives it)
         indomain = {d: {k: [i for i in v if by_id[i]["domain"] == d] for k, v in whole.items()} for d in domains}
-        pairs, _ = cross_pairs(indomain, by_id, mix=bool(data_cfg["cross_mix"]))
+        pairs, _ = cross_pairs(indomain, by_id, mix=bool(s.cross_mix))
     else:
         indomain = {"all": whole}
     splits = {
         "indomain": indomain,
         "cross": pairs,
-        "forelen": forelen(records, [], data_cfg["forelen"], seed),
+        "forelen": forelen(records, [], s.forelen, seed),
         "meta": {
-            "seed": seed, "n_prompts": len(records), "length_stat": stat_name,
+            "seed": seed, "n_prompts": len(records), "length_stat": s.length_stat,
             "counts": dict(Counter(r["domain"] for r in records)),
             "bad_input_skipped": dict(bad.counts), "bad_input_examples": bad.examples,
             "merged_duplicate_rows": n_dup_tr + n_dup_te,
