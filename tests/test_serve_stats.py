@@ -211,6 +211,30 @@ def test_a_run_replayed_at_its_own_speed_leaves_only_the_queueing_models_error()
         at_speed(PROF, math.nan)
 
 
+def test_decode_and_prefill_speeds_apart_recover_a_calibration_off_by_two_factors():
+    """A calibration whose decode terms ran 25% fast and whose prefills ran 60% fast: the one-number drift cannot
+    match the runs; the decode drift and prefill factor read apart from each run's steps give 1.25 and 1.6 and
+    replay them exactly."""
+    from dataclasses import replace
+
+    from lengthpred.serve.fidelity import regime_speeds
+
+    clock = VirtualClock()
+    s = ServeSettings(loads=[0.9], seeds=[0, 1], n_requests=20, policies=["fcfs", "oracle"], calibration_requests=12,
+                      fit_skip=0)
+    res = run_grid(FakeEngine(PROF, clock), _pool(), s, lambda pol: ("none", NoPredictor()), clock=clock,
+                   progress=lambda m: None)
+    off = at_speed(res.fit.profile, 1 / 1.25, 1 / 1.6)
+    for _, st in res.steps.groupby(["policy", "seed"]):
+        assert np.allclose(regime_speeds(st, off, skip=0), (1.25, 1.6))
+    again = resimulate(res.requests, res.steps, res.runs, "fake", FakeEngine(PROF, clock).limits,
+                       replace(res.fit, profile=off), res.capacity, s)
+    one = again.fidelity_at_speed.query("metric == 'ttft_mean'")["abs_err"]
+    two = again.fidelity_regimes.query("metric == 'ttft_mean'")["abs_err"]
+    assert len(two) == 4 and (two < 1e-6).all() and (one > 1e-3).all()
+    assert np.isnan(regime_speeds(res.steps.iloc[:0], PROF)).all()
+
+
 def test_the_named_vllm_profile_is_the_committed_calibration():
     import json
 

@@ -38,6 +38,7 @@ from lengthpred.serve.fidelity import (
     at_speed,
     contention_factor,
     errors,
+    regime_speeds,
     sim_metrics,
     simulate_run,
     step_residuals,
@@ -109,6 +110,7 @@ class GridResult:
     drift: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run: step-time drift from the profile
     fidelity_at_speed: pd.DataFrame = field(default_factory=pd.DataFrame)  # each run on the profile at its own speed
     fidelity_tracking: pd.DataFrame = field(default_factory=pd.DataFrame)  # ... at the previous run's speed
+    fidelity_regimes: pd.DataFrame = field(default_factory=pd.DataFrame)  # ... at its own decode and prefill speeds
 
 
 def calibrate(engine: Engine, pool: PromptPool, s: ServeSettings, clock: Any
@@ -275,21 +277,27 @@ def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit
     resid = step_residuals(steps, fit.profile) if len(steps) else pd.DataFrame()
     return GridResult(runs, requests, steps, fid, fid_all, resid, fit, fit_all, cap, cal,
                       [r.overload for r in done if r.overload], fid_plain, chk, drift,
-                      _at_speeds(done, drift, s, fit), _at_speeds(done, drift, s, fit, lag=1))
+                      _at_speeds(done, drift, s, fit), _at_speeds(done, drift, s, fit, lag=1),
+                      _at_speeds(done, drift, s, fit, regimes=True))
 
 
-def _at_speeds(done: list[_Run], drift: pd.DataFrame, s: ServeSettings, fit: ProfileFit, lag: int = 0) -> pd.DataFrame:
+def _at_speeds(done: list[_Run], drift: pd.DataFrame, s: ServeSettings, fit: ProfileFit, lag: int = 0,
+               regimes: bool = False) -> pd.DataFrame:
     """Fidelity with each run replayed on the profile scaled by a measured drift (`at_speed`; a live predictor's
     contention factor as in the main replay). `lag` 0: the run's own drift, so what is left is the queueing
     model's error; 1: the drift of the run before it (`done` is in the order the runs ran; the first run keeps
-    the calibration), a calibration that tracks the machine between runs, out of sample."""
+    the calibration), a calibration that tracks the machine between runs, out of sample. `regimes`: the run's own
+    decode drift and prefill factor apart (`regime_speeds`: two numbers per run, in sample)."""
     rows = []
     drifts = drift["drift"].to_numpy(float) if len(drift) else np.full(len(done), math.nan)
     for i, r in enumerate(done):
         d = drifts[i - lag] if i >= lag else 1.0
         if r.overload or not (math.isfinite(d) and d > 0):
             continue
-        simr = simulate_run(r.log.requests, by_sim_policy(r.key["policy"], s.aging_weight), at_speed(fit.profile, d),
+        speeds = regime_speeds(r.log.steps, fit.profile, s.fit_skip) if regimes else (d, None)
+        if not math.isfinite(speeds[0]):
+            continue
+        simr = simulate_run(r.log.requests, by_sim_policy(r.key["policy"], s.aging_weight), at_speed(fit.profile, *speeds),
                             s.sim, float(r.sim.get("contention", 1.0)))
         rows += [{**r.key, **e, "drift": drifts[i], "drifting": bool(drift.iloc[i]["drifting"])}
                  for e in errors(r.real, sim_metrics(simr, s.slo))]

@@ -35,7 +35,7 @@ from lengthpred.sched.core.simulator import simulate
 from lengthpred.sched.core.workload import Workload
 from lengthpred.serve.metrics import SLO, latency_metrics
 from lengthpred.serve.priority import ServePolicy
-from lengthpred.serve.profile_fit import model_step_times, step_durations, step_durations_kept
+from lengthpred.serve.profile_fit import kept_steps, model_step_times, step_durations, step_durations_kept
 
 FIDELITY_METRICS = tuple(f"{m}_{s}" for m in ("per_token_latency", "ttft", "jct", "tpot")
                          for s in ("mean", "p50", "p90", "p99")) + (
@@ -89,12 +89,37 @@ def step_drift(steps: pd.DataFrame, profile: HardwareProfile, skip: int = 2) -> 
 TIME_FIELDS = ("t_base", "t_seq", "t_ctx", "t_prefill_token", "t_swap_token", "t_draft")  # seconds in a profile
 
 
-def at_speed(profile: HardwareProfile, drift: float) -> HardwareProfile:
-    """`profile` with every time coefficient scaled by `drift` (`step_drift` of a run: 1.1 = 10% slower)."""
-    if not (math.isfinite(drift) and drift > 0):
-        raise ValueError(f"drift must be a positive number, got {drift}")
-    return profile.with_overrides(name=f"{profile.name}@{drift:.3f}",
-                                  **{f: getattr(profile, f) * drift for f in TIME_FIELDS})
+def at_speed(profile: HardwareProfile, drift: float, prefill: float | None = None) -> HardwareProfile:
+    """`profile` with every time coefficient scaled by `drift` (`step_drift` of a run: 1.1 = 10% slower), the
+    per-token prefill time by `prefill` when given (`regime_speeds`)."""
+    for v in (drift, drift if prefill is None else prefill):
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"drift must be a positive number, got {v}")
+    scale = {f: getattr(profile, f) * drift for f in TIME_FIELDS}
+    if prefill is not None:
+        scale["t_prefill_token"] = profile.t_prefill_token * prefill
+    name = f"{profile.name}@{drift:.3f}" + ("" if prefill is None else f",prefill@{prefill:.3f}")
+    return profile.with_overrides(name=name, **scale)
+
+
+def regime_speeds(steps: pd.DataFrame, profile: HardwareProfile, skip: int = 2) -> tuple[float, float]:
+    """(decode drift, prefill factor) of a run: measured / modelled time of its steps that prefilled nothing, and
+    the factor on the profile's per-token prefill time that makes its steps that did prefill match once their
+    other terms run at that drift. `step_drift`'s one number comes mostly from decode steps (the many), and the
+    prefills need not have slowed with them. NaN for both when no decode step qualifies; the prefill factor is
+    the decode drift when no step prefilled (or the closed form is not positive)."""
+    d, m = step_durations(steps), model_step_times(steps, profile)
+    keep = kept_steps(steps, d, m, skip)
+    tokens = steps["prefill_tokens"].to_numpy(float)
+    dec, pre = keep & (tokens == 0), keep & (tokens > 0)
+    if not dec.any():
+        return math.nan, math.nan
+    drift = float(d[dec].sum() / m[dec].sum())
+    pf = profile.t_prefill_token * tokens[pre]
+    if not pre.any() or pf.sum() <= 0:
+        return drift, drift
+    factor = float((d[pre].sum() - drift * (m[pre] - pf).sum()) / pf.sum())
+    return drift, factor if factor > 0 else drift
 
 
 def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareProfile,

@@ -49,14 +49,20 @@ def step_durations(steps: pd.DataFrame) -> np.ndarray:
     return np.where(idle | ~np.isfinite(prev_end), end - start, end - prev_end)
 
 
-def step_durations_kept(steps: pd.DataFrame, profile: HardwareProfile, skip: int) -> tuple[np.ndarray, np.ndarray]:
-    """(measured, modelled) seconds of a run's steps after `skip` warm-up steps, leaving out steps that scheduled
-    nothing or overlapped a live prediction. Durations are taken on the whole run first: a step after a left-out
-    one is charged its own cycle, not both."""
-    d, m = step_durations(steps), model_step_times(steps, profile)
+def kept_steps(steps: pd.DataFrame, d: np.ndarray, m: np.ndarray, skip: int) -> np.ndarray:
+    """Which steps a drift or a fit reads (`d`, `m`: their measured and modelled seconds): after `skip` warm-up
+    steps, leaving out steps that scheduled nothing or overlapped a live prediction."""
     keep = (np.arange(len(steps)) >= skip) & (steps["batch"].to_numpy() > 0) & np.isfinite(d) & (m > 0)
     if "n_predicting" in steps.columns:
         keep &= steps["n_predicting"].to_numpy() == 0
+    return keep
+
+
+def step_durations_kept(steps: pd.DataFrame, profile: HardwareProfile, skip: int) -> tuple[np.ndarray, np.ndarray]:
+    """(measured, modelled) seconds of a run's `kept_steps`. Durations are taken on the whole run first: a step
+    after a left-out one is charged its own cycle, not both."""
+    d, m = step_durations(steps), model_step_times(steps, profile)
+    keep = kept_steps(steps, d, m, skip)
     return d[keep], m[keep]
 
 

@@ -493,6 +493,8 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     fsum_speed.to_csv(out / "fidelity_at_run_speed_summary.csv", index=False)
     fsum_track = fidelity_summary(res.fidelity_tracking)
     fsum_track.to_csv(out / "fidelity_previous_run_speed_summary.csv", index=False)
+    fsum_regimes = fidelity_summary(res.fidelity_regimes)
+    fsum_regimes.to_csv(out / "fidelity_at_run_regime_speeds_summary.csv", index=False)
     if res.calibration is not None:
         res.calibration.steps.to_parquet(out / "calibration_steps.parquet", index=False)
     res.residuals.to_csv(out / "step_residuals.csv", index=False)
@@ -547,6 +549,11 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
         print(f"\n**The same replay at each run's own speed** (every time coefficient of the profile times the run's "
               f"measured drift, read from its steps, so in sample by one number per run): what is left is the "
               f"queueing model's error, not the machine's speed\n\n{report.fidelity_table(fsum_speed)}")
+    if len(fsum_regimes):
+        print(f"\n**At each run's own decode and prefill speeds** (the decode steps' drift on every time coefficient "
+              f"but the per-token prefill time, which gets the factor that makes the run's prefill steps match: two "
+              f"numbers per run, in sample; a TTFT miss left here is not the prefills' speed)\n\n"
+              f"{report.fidelity_table(fsum_regimes)}")
     if len(fsum_track):
         print(f"\n**At the previous run's speed** (a calibration that tracks the machine between runs, out of "
               f"sample: each run on the profile times the drift of the run before it)\n\n"
