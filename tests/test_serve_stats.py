@@ -343,6 +343,29 @@ def test_the_ten_repeat_engine_readout_run_reads_as_the_readme_says():
     assert pg.loc[("sjf", "jct_p99"), "gain"] < -0.2  # the long requests pay
 
 
+def test_the_natural_answer_runs_read_as_the_readme_says():
+    """The README's natural-answer block, recomputed from the committed runs: SJF's per-token gain over FCFS with
+    an interval above 0, over fcfs-pf across 0; aging against SJF shortens a run's longest request."""
+    from lengthpred.paths import REPO_ROOT
+    from lengthpred.serve.report_stats import AGING_SHOWN
+    from lengthpred.stages.serve import resimulated
+
+    res, s, name, _ = resimulated(REPO_ROOT / "data/reference/smollm2-135m/serve_natural10")
+    real = res.runs[res.runs["hardware"] == name]
+
+    def gains(baseline: str, **kw) -> pd.DataFrame:
+        return paired_gains(real, res.requests, s.slo, baseline=baseline, **kw).set_index(["policy", "metric"])
+
+    sjf = gains("fcfs").loc[("sjf", "per_token_latency_mean")]
+    assert sjf["n"] == 10 and sjf["gain"] == pytest.approx(0.208, abs=2e-3) and sjf["ci_low"] > 0
+    over_pf = gains("fcfs-prefill-first").loc[("sjf", "per_token_latency_mean")]
+    assert over_pf["gain"] == pytest.approx(0.094, abs=2e-3) and over_pf["ci_low"] < 0 < over_pf["ci_high"]
+    aging = gains("sjf", metrics=[m for m, _ in AGING_SHOWN]).loc[("sjf-aging", "jct_max")]
+    assert aging["gain"] == pytest.approx(0.179, abs=2e-3) and aging["ci_low"] > 0
+    at_speed = res.fidelity_at_speed.query("metric == 'jct_mean'")["abs_err"]
+    assert len(at_speed) == 40 and at_speed.mean() < 0.02  # the queueing model at each run's own speed
+
+
 def test_the_load_08_replication_and_the_aging_runs_read_as_the_readme_says():
     """The README's load-0.8 and aging headlines, recomputed from the committed runs."""
     from lengthpred.paths import REPO_ROOT
