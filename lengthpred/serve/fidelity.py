@@ -94,7 +94,7 @@ def at_speed(profile: HardwareProfile, drift: float, prefill: float | None = Non
     per-token prefill time by `prefill` when given (`regime_speeds`)."""
     for v in (drift, drift if prefill is None else prefill):
         if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"drift must be a positive number, got {v}")
+            raise ValueError(f"a drift or prefill factor must be a positive number, got {v}")
     scale = {f: getattr(profile, f) * drift for f in TIME_FIELDS}
     if prefill is not None:
         scale["t_prefill_token"] = profile.t_prefill_token * prefill
