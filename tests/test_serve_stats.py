@@ -386,3 +386,28 @@ def test_the_load_08_replication_and_the_aging_runs_read_as_the_readme_says():
     assert ptl["n"] == 10 and ptl["gain"] == pytest.approx(-0.142, abs=2e-3) and ptl["ci_high"] < 0
     for m in ("jct_max", "ttft_max"):  # the tail: gains whose intervals include 0
         assert pg.loc[("sjf-aging", m), "ci_low"] < 0 < pg.loc[("sjf-aging", m), "ci_high"]
+
+
+def test_the_trace_arrival_runs_read_as_the_readme_says():
+    """The README's trace-arrival block, recomputed from the committed runs (which also checks that a run with
+    trace arrivals resimulates: it reads its trace again): the predictions' per-token gain over fcfs-pf has an
+    interval above 0, and fcfs-pf alone gains nothing per token over FCFS."""
+    from lengthpred.paths import REPO_ROOT
+    from lengthpred.stages.serve import resimulated
+
+    res, s, name, _ = resimulated(REPO_ROOT / "data/reference/smollm2-135m/serve_trace10")
+    real = res.runs[res.runs["hardware"] == name]
+
+    def gains(baseline: str) -> pd.DataFrame:
+        return paired_gains(real, res.requests, s.slo, baseline=baseline).set_index(["policy", "metric"])
+
+    over_fcfs, over_pf = gains("fcfs"), gains("fcfs-prefill-first")
+    sjf = over_fcfs.loc[("sjf", "per_token_latency_mean")]
+    assert sjf["n"] == 10 and sjf["gain"] == pytest.approx(0.298, abs=2e-3) and sjf["ci_low"] > 0
+    assert over_fcfs.loc[("oracle-sjf", "per_token_latency_mean"), "gain"] == pytest.approx(0.386, abs=2e-3)
+    pf = over_fcfs.loc[("fcfs-prefill-first", "per_token_latency_mean")]
+    assert pf["ci_low"] < 0 < pf["ci_high"]
+    alone = over_pf.loc[("sjf", "per_token_latency_mean")]
+    assert alone["gain"] == pytest.approx(0.308, abs=2e-3) and alone["ci_low"] > 0
+    assert over_pf.loc[("sjf", "ttft_mean"), "ci_low"] < 0 < over_pf.loc[("sjf", "ttft_mean"), "ci_high"]
+    assert over_fcfs.loc[("sjf", "jct_p99"), "ci_high"] < 0  # the long requests pay

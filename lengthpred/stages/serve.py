@@ -35,6 +35,7 @@ from lengthpred.models.serving import checkpoint_dir, load_causal_lm
 from lengthpred.names import FeatureKey, SplitName, rls_name
 from lengthpred.online.config import select_alpha
 from lengthpred.online.rls import RLSRegressor
+from lengthpred.paths import default_datasets_root
 from lengthpred.prompting import encode_prompt
 from lengthpred.sched.core.hardware import get_profile
 from lengthpred.sched.sweep.sources import read_prediction_files
@@ -388,7 +389,8 @@ def serve_into(cfg: DictConfig, out: str | Path, tracker: Any) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if sc.get("resimulate"):
-        res, settings, name, limits = resimulated(Path(sc.resimulate), slo=slo_from_cfg(sc), checks=checks_from_cfg(sc))
+        res, settings, name, limits = resimulated(Path(sc.resimulate), slo=slo_from_cfg(sc), checks=checks_from_cfg(sc),
+                                                  datasets_root=cfg.paths.datasets_root)
         print(f"serve: the runs stored in {sc.resimulate} replayed by the simulator (no engine)", flush=True)
         return write_serve(cfg, res, settings, name, limits, out, tracker, stored=OmegaConf.create(
             json.loads((Path(sc.resimulate) / "serve.json").read_text())["config"]))
@@ -412,12 +414,13 @@ def serve_into(cfg: DictConfig, out: str | Path, tracker: Any) -> Path:
 RUN_FILES = ("serve.json", "profile.json", "serve_runs.csv", "serve_requests.parquet", "serve_steps.parquet")
 
 
-def resimulated(run_dir: Path, slo: SLO | None = None, checks: dict[str, Any] | None = None
-                ) -> tuple[GridResult, ServeSettings, str, EngineLimits]:
+def resimulated(run_dir: Path, slo: SLO | None = None, checks: dict[str, Any] | None = None,
+                datasets_root: str | Path | None = None) -> tuple[GridResult, ServeSettings, str, EngineLimits]:
     """A stored serve run (`run_serve`'s folder) replayed by the current simulator on its own calibration
     profile, with its own settings (`lengthpred.serve.experiment.resimulate`); `slo`: goodput and the short
     answers' threshold at this SLO instead of the stored one; `checks`: the calibration check's bounds and
-    the drift bound instead of the stored ones (`checks_from_cfg`)."""
+    the drift bound instead of the stored ones (`checks_from_cfg`); `datasets_root`: where a run with trace
+    arrivals finds its trace (default: the checkout's datasets)."""
     missing = [f for f in RUN_FILES if not (run_dir / f).is_file()]
     if missing:
         raise DataError(f"serve.resimulate={run_dir}: not a serve run folder (missing {', '.join(missing)})")
@@ -426,7 +429,9 @@ def resimulated(run_dir: Path, slo: SLO | None = None, checks: dict[str, Any] | 
     data = str(runs["data"].iloc[0]) if len(runs) else "unknown"
     # runs stored before the stage protocol also hold their run folder (`out_dir`), which is no setting
     stored = {k: v for k, v in meta["config"].items() if k != "out_dir"}
-    settings = settings_from_cfg(OmegaConf.create({"serve": stored, "data": {"name": data}}))
+    root = str(datasets_root if datasets_root is not None else default_datasets_root())
+    settings = settings_from_cfg(OmegaConf.create({"serve": stored, "data": {"name": data},
+                                                   "paths": {"datasets_root": root}}))
     if slo is not None:
         settings.slo = slo
     for k, v in (checks or {}).items():
