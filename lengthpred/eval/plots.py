@@ -225,3 +225,31 @@ def layer_curves(df: pd.DataFrame, choice: dict, path: str | Path, title: str = 
     else:
         legend_outside(fig, axes)
     return _save(fig, path)
+
+
+def head_scores(heads: pd.DataFrame, path: str | Path, title: str = "") -> Path | None:
+    """Attention layer × head heatmap of each head's validation Spearman when its importance alone pools the
+    readout layer (`heads`: columns layer, head, val_spearman, chosen; lengthpred.stages.attention_sweep), the
+    heads chosen on validation outlined."""
+    if heads.empty:
+        return None
+    layers, cols = sorted(heads["layer"].unique()), sorted(heads["head"].unique())
+    grid = np.full((len(layers), len(cols)), np.nan)
+    at = {(int(r["layer"]), int(r["head"])): r for r in heads.to_dict("records")}
+    for i, layer in enumerate(layers):
+        for j, h in enumerate(cols):
+            r = at.get((int(layer), int(h)))
+            if r is not None:
+                grid[i, j] = as_float(r["val_spearman"])
+    fig, ax = plt.subplots(figsize=(1.6 + 0.42 * len(cols), 1.4 + 0.22 * len(layers)), layout="constrained")
+    im = ax.imshow(grid, aspect="auto", cmap="viridis", origin="lower")
+    for (layer, h), r in at.items():
+        if bool(r["chosen"]):
+            ax.add_patch(plt.Rectangle((cols.index(h) - 0.5, layers.index(layer) - 0.5), 1, 1, fill=False,
+                                       ec="red", lw=1.2))
+    ax.set_xticks(range(len(cols)), [str(c) for c in cols], fontsize=7)
+    ax.set_yticks(range(len(layers)), [str(v) for v in layers], fontsize=7)
+    ax.set(xlabel="attention head", ylabel="attention layer (decoder layer)")
+    fig.colorbar(im, ax=ax, label="validation Spearman, that head alone")
+    ax.set_title((title + "\n" if title else "") + "red: the heads chosen on validation", fontsize=8)
+    return _save(fig, path)

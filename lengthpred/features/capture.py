@@ -64,9 +64,11 @@ def received_attention(
     chunk: int,
     bias: list[torch.Tensor] | None = None,  # attention_bias(mask, chunk), shared by all layers of a batch
     query_weight: torch.Tensor | None = None,  # [B, T] or [B, R, T] weights of the query rows; None: 1 per real query
+    per_head: bool = False,
 ) -> torch.Tensor:
     """Attention each key position receives, summed over heads and real query positions (each weighted
-    by `query_weight`): [B, T] float32, or [B, R, T] for R sets of query weights at once.
+    by `query_weight`): [B, T] float32, or [B, R, T] for R sets of query weights at once; `per_head` keeps
+    the query heads apart: [B, H, T], or [B, R, H, T].
 
     Causal + key-padding mask (sliding windows and logit soft-capping are not applied).
     """
@@ -77,13 +79,16 @@ def received_attention(
     kt = key.float().transpose(-1, -2).unsqueeze(2)  # [B, Hkv, 1, hd, T]
     qw = mask.float()[:, None] if query_weight is None else query_weight.float().reshape(b, -1, t) * mask[:, None]
     r = qw.shape[1]
-    out = torch.zeros(b, r, t, dtype=torch.float32, device=query.device)
+    out = torch.zeros((b, r, h, t) if per_head else (b, r, t), dtype=torch.float32, device=query.device)
     for k, s in enumerate(range(0, t, chunk)):
         e = min(t, s + chunk)
-        scores = torch.matmul(q[:, :, :, s:e], kt)  # [B, Hkv, g, c, T]
-        probs = scores.add_(bias[k]).softmax(dim=-1).reshape(b, h * (e - s), t)
+        scores = torch.matmul(q[:, :, :, s:e], kt)  # [B, Hkv, g, c, T]; query head i = kv head i // g
+        probs = scores.add_(bias[k]).softmax(dim=-1)
+        if per_head:  # Σ over real queries, head by head
+            out.add_(torch.einsum("brc,bhct->brht", qw[:, :, s:e], probs.reshape(b, h, e - s, t)))
+            continue
         rows = qw[:, :, None, s:e].expand(b, r, h, e - s).reshape(b, r, h * (e - s))  # real query rows
-        out.baddbmm_(rows, probs)  # Σ over heads and real queries
+        out.baddbmm_(rows, probs.reshape(b, h * (e - s), t))  # Σ over heads and real queries
     return out if query_weight is not None and query_weight.dim() == 3 else out[:, 0]
 
 
@@ -91,10 +96,13 @@ class PrefillCapture:
     """Context manager: hooks on chosen layers for one model; `begin(mask)` before each forward.
 
     After a forward, `hidden[l]` is hidden_states index l (for l < num_layers) as [B, T, d] and
-    `received` the attention received per token summed over the chosen attention layers [B, T].
+    `received` the attention received per token summed over the chosen attention layers [B, T] (or
+    [B, R, T] for R query weightings); with `per_head`, `received_heads` also keeps every query head of every
+    chosen layer apart, layer by layer: [B, L·H, T] (or [B, R, L·H, T]).
     """
 
-    def __init__(self, model: nn.Module, hs_layers: list[int], attn_layers: list[int], attn_chunk: int = 128):
+    def __init__(self, model: nn.Module, hs_layers: list[int], attn_layers: list[int], attn_chunk: int = 128,
+                 per_head: bool = False):
         self.model = model
         self.layers = decoder_layers(model)
         self.hs_layers = [i for i in hs_layers if i < len(self.layers)]  # the last one is the output
@@ -102,6 +110,8 @@ class PrefillCapture:
         self.attn_chunk = attn_chunk
         self.hidden: dict[int, torch.Tensor] = {}
         self.received: torch.Tensor | None = None
+        self.per_head = per_head
+        self._heads: list[torch.Tensor] = []
         self.n_attn_calls = 0
         self._mask: torch.Tensor | None = None
         self._query_weight: torch.Tensor | None = None
@@ -116,7 +126,13 @@ class PrefillCapture:
         self._bias = None
         self.hidden = {}
         self.received = None
+        self._heads = []
         self.n_attn_calls = 0
+
+    @property
+    def received_heads(self) -> torch.Tensor | None:
+        """[B, L·H, T] (or [B, R, L·H, T]): every query head of every chosen layer, in layer order."""
+        return torch.cat(self._heads, dim=-2) if self._heads else None
 
     # -- hooks ---------------------------------------------------------------------------------
     def _keep(self, index: int) -> Callable:
@@ -137,7 +153,10 @@ class PrefillCapture:
                     if self._bias is None:
                         self._bias = attention_bias(self._mask, self.attn_chunk)
                     r = received_attention(query, key, self._mask, float(scaling), self.attn_chunk, self._bias,
-                                           self._query_weight)
+                                           self._query_weight, per_head=self.per_head)
+                if self.per_head:  # layers arrive in forward order: heads of layer l before those of l + 1
+                    self._heads.append(r)
+                    r = r.sum(dim=-2)
                 self.received = r if self.received is None else self.received + r
                 self.n_attn_calls += 1
             return out
@@ -196,3 +215,4 @@ class PrefillCapture:
         self._bias = None
         self.hidden = {}
         self.received = None
+        self._heads = []

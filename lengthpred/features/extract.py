@@ -21,13 +21,21 @@ from lengthpred.errors import ConfigError, DataError
 from lengthpred.features.capture import PrefillCapture, decoder_layers
 from lengthpred.features.pooling import (
     attention_importance,
+    head_pools,
     pool,
     pool_span,
     pool_weights,
     query_weights,
     token_entropy,
 )
-from lengthpred.features.settings import FeatureSettings, cache_key, prompts_hash, resolve_indices
+from lengthpred.features.settings import (
+    HEAD_POOL,
+    HEAD_SHARE,
+    FeatureSettings,
+    cache_key,
+    prompts_hash,
+    resolve_indices,
+)
 from lengthpred.features.span import encode_with_span
 from lengthpred.features.store import (
     MANIFEST,
@@ -97,9 +105,15 @@ class Plan:
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
         self.d = model.config.hidden_size
         self.pools = settings.pool_names
+        self.weight_pools = tuple(p for p in self.pools if p != HEAD_POOL)  # one weight per token each
+        self.n_heads = int(model.config.num_attention_heads)
 
     def columns(self) -> dict[str, int]:
-        cols = {str(FeatureKey(i, p)): self.d for i in self.hs_layers for p in self.pools}
+        cols = {str(FeatureKey(i, p)): self.d for i in self.hs_layers for p in self.weight_pools}
+        if self.settings.per_head:
+            n = len(self.attn_layers) * self.n_heads
+            cols |= {str(FeatureKey(i, HEAD_POOL)): n * self.d for i in self.hs_layers}
+            cols[HEAD_SHARE] = n
         cols["n_prompt_tokens"] = 1
         if self.settings.needs_entropy:
             cols["entropy.mean"] = 1
@@ -182,6 +196,9 @@ def prefill_scores(model: nn.Module, plan: Plan, capture: PrefillCapture, input_
                if s.needs_entropy else None)  # [B, T]
     importance = {} if capture.received is None else {
         n: attention_importance(capture.received[:, k], mask, n) for k, n in enumerate(norms)}  # [B, T] each
+    if capture.per_head and capture.received_heads is not None:  # [B, L·H, T] under the store's own norm
+        importance[HEAD_POOL] = attention_importance(capture.received_heads[:, norms.index(s.attn_norm)], mask,
+                                                     s.attn_norm)
     return hidden, entropy, importance
 
 
@@ -198,14 +215,19 @@ def extract_batch(model: nn.Module, plan: Plan, capture: PrefillCapture, input_i
     span = pool_span(mask, None if span is None else span.to(device))
     hidden, entropy, scores = prefill_scores(model, plan, capture, input_ids, mask)
     importance = scores.get(s.attn_norm)
-    weights = pool_weights(mask, s.pools, s.fused, entropy=entropy, importance=importance, span=span,
-                           fuse_on=s.fuse_on)
-    w = torch.stack([weights[p] for p in plan.pools], dim=1)  # [B, K, T]
+    weights = pool_weights(mask, tuple(p for p in s.pools if p != HEAD_POOL), s.fused, entropy=entropy,
+                           importance=importance, span=span, fuse_on=s.fuse_on)
+    w = torch.stack([weights[p] for p in plan.weight_pools], dim=1)  # [B, K, T]
     cols: dict[str, torch.Tensor] = {}
     for layer in plan.hs_layers:
         pooled = pool(hidden[layer], w, mask)  # [B, K, d]
-        for k, p in enumerate(plan.pools):
+        for k, p in enumerate(plan.weight_pools):
             cols[str(FeatureKey(layer, p))] = pooled[:, k]
+    if s.per_head:
+        for layer in plan.hs_layers:
+            per_head, share = head_pools(scores[HEAD_POOL], hidden[layer], span)  # [B, L·H, d], [B, L·H]
+            cols[str(FeatureKey(layer, HEAD_POOL))] = per_head.flatten(1)
+        cols[HEAD_SHARE] = share
     n = mask.sum(-1)
     cols["n_prompt_tokens"] = n.float()[:, None]
     if entropy is not None:
@@ -282,6 +304,7 @@ def extract_features(
             "token_layers": plan.token_layers, "poolings": list(plan.pools), "fused": list(settings.fused),
             "dtype": settings.dtype, "columns": plan.columns(), "ids": [r[0] for r in records],
             "padding_side": settings.padding_side, "pooling": settings.pooling,
+            **({"n_attention_heads": plan.n_heads} if settings.per_head else {}),
         })
 
         mine = records[i::n]
@@ -314,7 +337,8 @@ def extract_features(
 
         t0, n_tok = time.perf_counter(), 0
         bar = tqdm(total=sum(len(b) for b in todo), desc=f"features {i}/{n}", unit="prompt", disable=not progress)
-        with PrefillCapture(model, plan.hs_layers, plan.attn_layers, settings.attn_chunk) as capture:
+        with PrefillCapture(model, plan.hs_layers, plan.attn_layers, settings.attn_chunk,
+                            per_head=settings.per_head) as capture:
             if todo and plan.attn_layers:  # a 2-token probe: an attention the model cannot give fails here
                 extract_batch(model, plan, capture, *collate([todo[0][0][1][:2]], pad_id, "right"))
             for batch in todo:

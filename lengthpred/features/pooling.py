@@ -92,12 +92,26 @@ def attention_importance(received: torch.Tensor, mask: torch.Tensor, attn_norm: 
     `query_weights(mask, attn_norm)`): `sum` keeps the raw sum; `per_query` and `lift` divide by the
     number of real queries that can see each token (it and every real token after it), which removes
     the head start causal masking gives early tokens."""
-    real = mask.bool()
+    shape = (mask.shape[0],) + (1,) * (received.dim() - 2) + (mask.shape[1],)  # [B, T] or per head [B, H, T]
+    real = mask.bool().view(shape)
     r = received.float() * real
     if attn_norm == "sum":
         return r
     seen_by = mask.float().flip(-1).cumsum(dim=-1).flip(-1)  # [B, T] real queries at or after each position
-    return r / seen_by.clamp(min=1)
+    return r / seen_by.clamp(min=1).view(shape)
+
+
+def head_pools(importance: torch.Tensor, hidden: torch.Tensor, span: torch.Tensor,
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per attention head: the state pooled by that head's importance alone over the span, [B, H, d] float32,
+    and the head's share of the summed importance mass, [B, H] (sums to 1 per row). Storing the normalised
+    pool (a convex combination of states) rather than the raw weighted sum keeps float16 storage in range
+    (a sink token can take importance ~T). Any set S of heads then pools as Σ_S share·state / Σ_S share."""
+    a = importance.float() * span.float()[:, None]  # [B, H, T]
+    mass = a.sum(dim=-1)  # [B, H]
+    h = hidden.float().masked_fill(~span.bool()[..., None], 0.0)
+    pooled = torch.bmm(a / mass.clamp(min=1e-30)[..., None], h)  # [B, H, d]
+    return pooled, mass / mass.sum(dim=-1, keepdim=True).clamp(min=1e-30)
 
 
 def fusion_scores(entropy: torch.Tensor, importance: torch.Tensor, span: torch.Tensor,

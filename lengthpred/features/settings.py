@@ -20,6 +20,12 @@ from lengthpred.errors import ConfigError
 from lengthpred.settings import settings_from
 
 POOLS = ("last", "mean", "entropy", "attn")
+# per attention head (decoder layer l of attn_layers, head h): the state pooled by that head's importance alone,
+# column `hs.L{l}.attn_heads` [n_heads_total × d], and each head's share of the importance mass,
+# `attn_heads.share` [n_heads_total]; any set S of heads pools as Σ_S share·state / Σ_S share, which for every
+# head is `attn` (lengthpred.heads.attention_heads). Not a default pool: a store of its own.
+HEAD_POOL = "attn_heads"
+HEAD_SHARE = "attn_heads.share"
 OVERFLOWS = ("reject", "truncate")
 PADDING_SIDES = ("left", "right")
 STORE_DTYPES = ("float16", "bfloat16", "float32")
@@ -94,9 +100,9 @@ class FeatureSettings:
         object.__setattr__(self, "token_layers", _as_layers(self.token_layers, "token_layers"))
         object.__setattr__(self, "pools", tuple(dict.fromkeys(self.pools or ())))
         object.__setattr__(self, "fused", tuple(dict.fromkeys(str(f) for f in (self.fused or ()))))
-        bad = [p for p in self.pools if p not in POOLS]
+        bad = [p for p in self.pools if p not in (*POOLS, HEAD_POOL)]
         if bad:
-            raise ConfigError(f"features.pools: unknown {bad}; valid: {list(POOLS)}")
+            raise ConfigError(f"features.pools: unknown {bad}; valid: {[*POOLS, HEAD_POOL]}")
         for f in self.fused:
             if not _FUSED.match(f):
                 raise ConfigError(f"features.fused: {f!r} is not 'mix<alpha>' (e.g. mix0.5) or 'prod'")
@@ -131,7 +137,12 @@ class FeatureSettings:
 
     @property
     def needs_attention(self) -> bool:
-        return "attn" in self.pools or bool(self.fused)
+        return "attn" in self.pools or HEAD_POOL in self.pools or bool(self.fused)
+
+    @property
+    def per_head(self) -> bool:
+        """Whether importance is kept per attention head (pool `attn_heads`)."""
+        return HEAD_POOL in self.pools
 
     @property
     def needs_entropy(self) -> bool:

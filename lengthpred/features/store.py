@@ -289,3 +289,36 @@ class FeatureStores:
         return next(
             (fs.get("n_prompt_tokens")[:, 0] for fs in self.sets if "n_prompt_tokens" in fs.names), None
         )
+
+
+class WithColumns:
+    """A feature set plus columns computed in memory (rows aligned to `base.ids`), read like a FeatureSet:
+    e.g. pools derived from the stored per-head attention pools (lengthpred.heads.attention_heads)."""
+
+    def __init__(self, base: FeatureSet, extra: dict[str, np.ndarray]):
+        bad = [k for k, v in extra.items() if len(v) != len(base.ids) or k in base.names]
+        if bad:
+            raise DataError(f"in-memory columns {bad} clash with the store's names or rows ({len(base.ids)})")
+        self.base, self.extra = base, extra
+        self.ids, self.root, self.manifest = base.ids, base.root, base.manifest
+        self.names = [*base.names, *extra]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def pooling(self) -> dict:
+        return self.base.pooling
+
+    def get(self, name: str) -> np.ndarray:
+        return np.asarray(self.extra[name], dtype=np.float32) if name in self.extra else self.base.get(name)
+
+    def subset(self, ids: Iterable[str]) -> WithColumns:
+        ids = list(ids)
+        sub = self.base.subset(ids)
+        pos = {pid: r for r, pid in enumerate(self.ids)}
+        rows = [pos[i] for i in ids]
+        return WithColumns(sub, {k: v[rows] for k, v in self.extra.items()})
+
+    def token_inputs(self, layer: int, scalars: Sequence[str] = ("entropy", "attn")) -> list[np.ndarray]:
+        return self.base.token_inputs(layer, scalars)

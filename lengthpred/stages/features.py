@@ -79,7 +79,15 @@ def ensure_features(cfg: Any, prompts: Any, model: Any = None, tokenizer: Any = 
     root, shard = feature_dir(cfg, prompts, settings), parse_shard(cfg.shard)
     if need is not None and not (root / MANIFEST).is_file():
         settings, shard = settings.only(need), (0, 1)  # a reduced store of its own, never sharded
-        root = feature_dir(cfg, prompts, settings)
+    return ensure_store(cfg, prompts, settings, model, tokenizer, need=need, shard=shard)
+
+
+def ensure_store(cfg: Any, prompts: Any, settings: FeatureSettings, model: Any = None, tokenizer: Any = None, *,
+                 need: Sequence[tuple[int | None, str | None]] | None = None,
+                 shard: tuple[int, int] = (0, 1)) -> FeatureSet:
+    """The store of exactly these settings (for the config's model and these prompts): loaded, else extracted
+    (resuming whatever parts exist), then loaded."""
+    root = feature_dir(cfg, prompts, settings)
     if (root / MANIFEST).is_file():
         try:
             return load_features(root)
