@@ -20,8 +20,8 @@ from lengthpred.errors import ConfigError
 from lengthpred.settings import settings_from
 
 POOLS = ("last", "mean", "entropy", "attn")
-# per attention head (decoder layer l of attn_layers, head h): the state pooled by that head's importance alone,
-# column `hs.L{l}.attn_heads` [n_heads_total × d], and each head's share of the importance mass,
+# per attention head (decoder layer l of attn_layers, head h): hidden_states layer L's state pooled by that
+# head's importance alone, column `hs.L{L}.attn_heads` [n_heads_total × d], and each head's share of the mass,
 # `attn_heads.share` [n_heads_total]; any set S of heads pools as Σ_S share·state / Σ_S share, which for every
 # head is `attn` (lengthpred.heads.attention_heads). Not a default pool: a store of its own.
 HEAD_POOL = "attn_heads"
