@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.errors import ConfigError
@@ -26,11 +25,11 @@ from lengthpred.features.store import FeatureSet, WithColumns
 from lengthpred.heads import pooling_table
 from lengthpred.heads.assemble import indomain_ids
 from lengthpred.heads.attention_heads import HeadChoice, HeadStates, choose_heads
-from lengthpred.heads.sweep import fit_cell, grid
+from lengthpred.heads.sweep import grid
 from lengthpred.names import FeatureKey
 from lengthpred.stages.features import ensure_store, feature_settings
 from lengthpred.stages.heads import head_settings
-from lengthpred.stages.readout_sweep import pooling_layer
+from lengthpred.stages.readout_sweep import fit_pooling_cells, pooling_layer
 from lengthpred.stages.targets import load_targets
 from lengthpred.stages.tracking import tracked
 from lengthpred.targets import target_frame
@@ -81,17 +80,9 @@ def sweep_attention(cfg: Any, out_dir: str | Path) -> tuple[pd.DataFrame, pd.Dat
                                    str(FeatureKey(layer, CHOSEN)): every.pooled(choice.heads)})
 
     cells = grid(list(s.heads), [layer], [*stored, LATE, CHOSEN])
-    by_id = {r["id"]: r for r in prompts}
-    settings_of = {h: head_settings(cfg, h) for h in s.heads}
-    rows, preds = [], {}
-    for c in tqdm(cells, desc="attention forms", unit="cell"):
-        row, p = fit_cell(c, settings_of[c[0]], ids, by_id, targets, features, n_boot=int(s.n_boot),
-                          seed=int(cfg.seed), n_seeds=int(s.get("n_seeds") or 1))
-        rows.append(row)
-        preds[(c[0], c[2])] = p
-    df = pd.DataFrame(rows)
-    diffs = pooling_table.paired_differences(df, preds, reference_head=ref, n_boot=int(s.n_boot),
-                                             seed=int(cfg.seed), pairs=[list(p) for p in s.get("pooling_pairs") or []])
+    inputs = {"head_settings": {h: head_settings(cfg, h) for h in s.heads}, "ids": ids,
+              "by_id": {r["id"]: r for r in prompts}, "targets": targets, "features": features}
+    df, diffs = fit_pooling_cells(cfg, cells, inputs, desc="attention forms")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     heads = pd.DataFrame([{"index": k, "layer": every.label(k)[0], "head": every.label(k)[1],

@@ -71,21 +71,30 @@ def sweep_poolings(cfg: Any, out_dir: str | Path) -> tuple[pd.DataFrame, pd.Data
         raise ConfigError(f"sweep.reference_head={ref!r} is not one of sweep.heads={list(s.heads)}")
     layer = pooling_layer(s)
     cells = grid(list(s.heads), [layer], list(s.poolings))
-    inputs = sweep_inputs(cfg, cells)
+    df, diffs = fit_pooling_cells(cfg, cells, sweep_inputs(cfg, cells))
+    out = _out(out_dir)
+    df.to_csv(out / "poolings.csv", index=False)
+    diffs.to_csv(out / "pooling_diffs.csv", index=False)
+    (out / "poolings.md").write_text(render_poolings(df, diffs, cfg, layer) + "\n")
+    return df, diffs
+
+
+def fit_pooling_cells(cfg: Any, cells: list[tuple[str, int, str]], inputs: dict[str, Any], desc: str = "poolings",
+                      ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Fit every (head, layer, pooling) cell on `inputs` (`sweep_inputs`' keys), MLP cells over `sweep.n_seeds`
+    seeds; return the rows and their paired differences (against the last token, `sweep.reference_head` and
+    `sweep.pooling_pairs`)."""
+    s = cfg.sweep
     rows, preds = [], {}
-    for c in tqdm(cells, desc="poolings", unit="cell"):
+    for c in tqdm(cells, desc=desc, unit="cell"):
         row, p = fit_cell(c, inputs["head_settings"][c[0]], inputs["ids"], inputs["by_id"], inputs["targets"],
                           inputs["features"], n_boot=int(s.n_boot), seed=int(cfg.seed),
                           n_seeds=int(s.get("n_seeds") or 1))
         rows.append(row)
         preds[(c[0], c[2])] = p
     df = pd.DataFrame(rows)
-    diffs = pooling_table.paired_differences(df, preds, reference_head=ref, n_boot=int(s.n_boot),
+    diffs = pooling_table.paired_differences(df, preds, reference_head=str(s.reference_head), n_boot=int(s.n_boot),
                                              seed=int(cfg.seed), pairs=[list(p) for p in s.get("pooling_pairs") or []])
-    out = _out(out_dir)
-    df.to_csv(out / "poolings.csv", index=False)
-    diffs.to_csv(out / "pooling_diffs.csv", index=False)
-    (out / "poolings.md").write_text(render_poolings(df, diffs, cfg, layer) + "\n")
     return df, diffs
 
 
