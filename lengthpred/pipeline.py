@@ -11,8 +11,9 @@ and the outputs it declared elsewhere (`lengthpred.stages.outputs`: the prepared
 model cache), with their content digests. A rerun with the same key and every output still there, unchanged,
 costs nothing; a missing or changed output reruns the stage (saying which), and the stages that read it see its
 new digests in their keys. A crash mid-stage leaves no marker so the stage runs again (stages are themselves
-resumable where they are long), and a stage reruns in an emptied folder, so no file of its previous run mixes
-with the new ones. `run_pipeline` is scripts/demo.py's body: every stage's script (`stage_commands`) as a
+resumable where they are long). A stage reruns in an emptied folder, so no file of its previous run mixes with
+the new ones, except after its own interrupted run with the same key (`STARTED` says which key): then the folder is
+kept and the stage resumes (the train stage skips the heads it finished, `lengthpred.stages.resume`). `run_pipeline` is scripts/demo.py's body: every stage's script (`stage_commands`) as a
 subprocess, cached this way, then the headline tables.
 """
 
@@ -43,6 +44,7 @@ from lengthpred.stages.locations import experiment_dir
 from lengthpred.stages.outputs import OUTPUTS, read_outputs
 
 MARKER = "_stage.json"
+STARTED = "_stage.started.json"  # the key of a run under way or interrupted: the same key resumes in its folder
 
 
 def config_hash(*parts: Any) -> str:
@@ -61,7 +63,7 @@ def _read_marker(marker: Path) -> dict[str, Any] | None:
 def _run_files(out_dir: Path) -> list[str]:
     """The files a stage's run left in its folder (Hydra's own and the logs left out)."""
     return sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*")
-                  if p.is_file() and p.name not in (MARKER, OUTPUTS) and ".hydra" not in p.parts
+                  if p.is_file() and p.name not in (MARKER, STARTED, OUTPUTS) and ".hydra" not in p.parts
                   and p.suffix != ".log")
 
 
@@ -73,7 +75,7 @@ def _missing(out_dir: Path, done: dict[str, Any]) -> list[str]:
 def outputs_digests(out_dir: Path) -> dict[str, str | None]:
     """Content digests of what a finished stage wrote: its folder's files (`files`) and each declared output
     (parts with stored checksums enter by them; None: gone)."""
-    digests = {"files": tree_digest(out_dir, skip=(MARKER, OUTPUTS, ".hydra"), use_checksums=True)
+    digests = {"files": tree_digest(out_dir, skip=(MARKER, STARTED, OUTPUTS, ".hydra"), use_checksums=True)
                if out_dir.is_dir() else None}
     for p in read_outputs(out_dir):
         digests[p] = tree_digest(p, use_checksums=True) if Path(p).exists() else None
@@ -104,7 +106,8 @@ def _why_rerun(out_dir: Path, done: dict[str, Any]) -> str | None:
 def run_stage(name: str, out_dir: Path, key: str, fn: Callable[[Path], Any], *, force: bool = False,
               parts: dict[str, Any] | None = None) -> bool:
     """Run `fn(out_dir)` unless `out_dir` already holds a finished run with the same key whose outputs are all
-    still there, unchanged; a rerun starts from an emptied `out_dir`. The marker records the key's `parts`
+    still there, unchanged; a rerun starts from an emptied `out_dir`, unless `out_dir` holds this key's own
+    interrupted run (`STARTED`, no marker): then `fn` resumes there. The marker records the key's `parts`
     (what a later rerun's log line compares to say why), the outputs and their digests (`outputs_digests`).
 
     Returns True when the stage ran, False when it was cached.
@@ -123,15 +126,21 @@ def run_stage(name: str, out_dir: Path, key: str, fn: Callable[[Path], Any], *, 
     elif done is not None:
         why = why_changed(done.get("parts"), parts) if parts is not None else "key changed"
         print(f"[{name}] {why}: rerunning", flush=True)
-    for old in out_dir.iterdir():  # the previous run's files: none may mix with this run's
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old)
-        else:
-            old.unlink()
-    print(f"[{name}] running …", flush=True)
+    started = _read_marker(out_dir / STARTED)
+    if done is None and not force and started is not None and started.get("key") == key:
+        print(f"[{name}] resuming its interrupted run (same key) in {out_dir} …", flush=True)
+    else:
+        for old in out_dir.iterdir():  # the previous run's files: none may mix with this run's
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+        atomic_write_text(out_dir / STARTED, json.dumps({"key": key, "started": time.time()}))
+        print(f"[{name}] running …", flush=True)
     t0 = time.perf_counter()
     fn(out_dir)
     dt = time.perf_counter() - t0
+    (out_dir / STARTED).unlink(missing_ok=True)
     atomic_write_text(marker, json.dumps({"key": key, "parts": parts, "seconds": round(dt, 1), "finished": time.time(),
                                           "outputs": read_outputs(out_dir), "files": _run_files(out_dir),
                                           "digests": outputs_digests(out_dir)}))
@@ -208,7 +217,8 @@ def _would_run(name: str, out_dir: Path, key: str, parts: dict[str, Any], force:
     if force:
         why = "pipeline.force"
     elif done is None:
-        why = "never finished"
+        started = _read_marker(out_dir / STARTED)
+        why = "resumes its interrupted run" if started and started.get("key") == key else "never finished"
     elif done.get("key") != key:
         why = why_changed(done.get("parts"), parts)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -213,6 +214,23 @@ def test_train_stage_writes_metrics_head_and_predictions(trace_run, head, extra)
     assert load_head(f"{out}/head").n_parameters == m["n_parameters"]
     train_from_config(cfg, out)  # a rerun replaces its rows instead of duplicating them
     assert len(pd.read_parquet(f"{out}/predictions.parquet")) == len(preds)
+
+
+def test_a_resumed_train_stage_skips_a_head_it_finished_with_the_same_config(trace_run, capsys):
+    from lengthpred.stages.resume import DONE
+    from lengthpred.stages.train import run_train
+
+    cfg = trace_run("domain_median")
+    out = cfg.paths.output_dir
+    run_train(cfg, out)
+    assert json.loads(open(f"{out}/{DONE}").read())["config"]
+    before = os.path.getmtime(f"{out}/metrics.json")
+    capsys.readouterr()
+    run_train(cfg, out)
+    assert "skipped (resumed stage)" in capsys.readouterr().out and os.path.getmtime(f"{out}/metrics.json") == before
+    other = trace_run("domain_median", "cross_domain=false")  # another config in the same folder: fitted again
+    run_train(other, out)
+    assert "skipped" not in capsys.readouterr().out and os.path.getmtime(f"{out}/metrics.json") > before
 
 
 def test_train_stage_rejects_a_feature_that_was_not_extracted(trace_run):

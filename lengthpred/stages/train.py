@@ -39,6 +39,7 @@ from lengthpred.stages.heads import (
     head_name,
     plain,
 )
+from lengthpred.stages.resume import finished_before, mark_finished
 from lengthpred.stages.targets import load_targets
 from lengthpred.stages.tracking import tracked
 from lengthpred.targets import target_frame
@@ -191,9 +192,13 @@ def _json_safe(obj: Any) -> Any:
 
 def run_train(cfg: DictConfig, out: str | Path) -> Path:
     """The train stage (scripts/train.py): `train_from_config` into `out`, logged to W&B, its scores printed.
-    Returns the folder."""
+    A head already finished in `out` with this config (a resumed pipeline stage) is skipped. Returns the folder."""
+    if finished_before(out, cfg):
+        print(f"{head_name(cfg.head)}: finished before with this config in {out}; skipped (resumed stage)")
+        return Path(out)
     with tracked(cfg, "train") as tracker:
         m = train_from_config(cfg, out, tracker=tracker)
+    mark_finished(out, cfg)
     print(
         f"{m['head']}: spearman {m['spearman']}, kendall {m['kendall']}, mae {m['mae']} "
         f"(n_train {m['n_train']}, n_test {m['n_test']}, {m['n_parameters']} parameters) → {out}"
