@@ -23,6 +23,7 @@ from lengthpred.errors import ConfigError, LengthpredError
 from lengthpred.heads.layer_choice import read_layer
 from lengthpred.paths import REPO_ROOT, default_datasets_root, home, reference_dir, resolve
 from lengthpred.stages.heads import register_head_params
+from lengthpred.stages.resume import pipeline_owned
 from lengthpred.stages.shards import parse_shard
 from lengthpred.stages.validate import validate
 
@@ -69,8 +70,9 @@ HYDRA_OWN = (".hydra",)
 
 def check_fresh_run_dir(run_dir: Path) -> None:
     """Refuse a run folder that already holds another run's files (results would mix and its provenance would
-    be wrong): only Hydra's own `.hydra/` and the job's log may be there."""
-    if not run_dir.is_dir():
+    be wrong): only Hydra's own `.hydra/` and the job's log may be there. A pipeline stage's folder is the
+    pipeline's to empty or resume (`lengthpred.stages.resume`)."""
+    if not run_dir.is_dir() or pipeline_owned(run_dir):
         return
     others = sorted(p.name for p in run_dir.iterdir() if p.name not in HYDRA_OWN and p.suffix != ".log")
     if others:
@@ -86,7 +88,7 @@ class RunDirGuard(Callback):
 
     def _refuse_used(self, config: DictConfig, key: str) -> None:
         folder = Path(str(OmegaConf.select(config, key)))
-        if folder.is_dir() and any(folder.iterdir()):
+        if folder.is_dir() and any(folder.iterdir()) and not pipeline_owned(folder):
             print(f"error: {key}={folder} already holds another run's files: give this run a new folder, or "
                   "empty that one", file=sys.stderr)
             sys.exit(2)

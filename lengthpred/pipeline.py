@@ -42,9 +42,9 @@ from lengthpred.sched.sweep.summary import short_t5
 from lengthpred.stagegraph import SourceCache, StageDeps, config_nodes, digest, key_parts, why_changed
 from lengthpred.stages.locations import experiment_dir
 from lengthpred.stages.outputs import OUTPUTS, read_outputs
+from lengthpred.stages.resume import STARTED
 
 MARKER = "_stage.json"
-STARTED = "_stage.started.json"  # the key of a run under way or interrupted: the same key resumes in its folder
 
 
 def config_hash(*parts: Any) -> str:

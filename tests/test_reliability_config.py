@@ -66,6 +66,27 @@ def test_a_used_run_folder_is_refused_before_hydra_overwrites_its_provenance(tmp
         RunDirGuard().on_multirun_start(cfg)
 
 
+def test_a_pipeline_stage_folder_is_the_pipelines_to_empty_or_resume(tmp_path):
+    from lengthpred.pipeline import run_stage
+
+    seen = []
+
+    def stage(d):  # what a stage's script checks first, in its own folder and in a multirun job's folder
+        check_fresh_run_dir(d)
+        (d / "job").mkdir(exist_ok=True)
+        check_fresh_run_dir(d / "job")
+        seen.append(sorted(p.name for p in (d / "job").iterdir()))
+        (d / "job" / "metrics.json").write_text("{}")
+        if len(seen) == 1:
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        run_stage("train", tmp_path / "train", "k", stage)
+    assert run_stage("train", tmp_path / "train", "k", stage) and seen == [[], ["metrics.json"]]  # resumed
+    with pytest.raises(ConfigError, match="already holds"):  # finished: the folder is no longer open to a run
+        check_fresh_run_dir(tmp_path / "train" / "job")
+
+
 BAD = [
     ("features.batch_size=abc", "features.batch_size='abc': must be an integer"),
     ("features.batch_size=1.5", "features.batch_size=1.5: must be an integer"),
