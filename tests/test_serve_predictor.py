@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lengthpred.errors import DataError
+from lengthpred.errors import ConfigError, DataError
 from lengthpred.online.rls import RLSRegressor
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.serve import (
@@ -46,9 +46,10 @@ PROF = HardwareProfile("t", t_base=0.002, t_seq=0.0005, t_ctx=0.0, t_prefill_tok
                        max_batch=3, token_budget=4096, kv_blocks=100_000, block_size=16)
 
 
-def test_stored_rows_predict_at_arrival_and_updates_equal_sequential_rls():
+@pytest.mark.parametrize("updates", ["thread", "between_steps"])
+def test_stored_rows_predict_at_arrival_and_updates_equal_sequential_rls(updates):
     rows, est, reqs = _setup()
-    pred = OnlineReadout(lambda r: rows[r.prompt_id], est, live=False)
+    pred = OnlineReadout(lambda r: rows[r.prompt_id], est, live=False, updates=updates)
     clock = VirtualClock()
     run = replay(reqs, FakeEngine(PROF, clock), get_policy("sjf"), pred, clock)
     stats = pred.stats()
@@ -66,6 +67,20 @@ def test_stored_rows_predict_at_arrival_and_updates_equal_sequential_rls():
         ref.partial_fit(rows[q["prompt_id"]][None], np.array([q["output_tokens"]], dtype=float))
     np.testing.assert_allclose(pred._timed.theta_, ref.theta_, rtol=1e-10, atol=1e-12)
     assert not np.allclose(ref.theta_, est.theta_)  # the warm start itself was not changed (copied)
+
+
+def test_between_steps_an_update_is_applied_before_on_complete_returns():
+    rows, est, reqs = _setup(n=4)
+    pred = OnlineReadout(lambda r: rows[r.prompt_id], est, live=False, updates="between_steps")
+    before = pred.service.predict_now(rows["p1"])
+    pred.submit(reqs[0], 0.0)
+    pred.poll(0.0)
+    pred.on_complete(reqs[0], 500, 1.0)  # no drain: the caller's thread applied it
+    assert pred.service.predict_now(rows["p1"]) != before and pred._timed.n == 1
+    assert pred.service.pending_updates == 0
+    pred.close()
+    with pytest.raises(ConfigError, match="serve.predictor.updates='later'; valid: between_steps, thread"):
+        OnlineReadout(lambda r: rows[r.prompt_id], est, live=False, updates="later")
 
 
 def test_live_predictions_wait_on_a_worker_and_the_wait_is_counted():

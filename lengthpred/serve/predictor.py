@@ -8,8 +8,10 @@ returns (vLLM fixes a request's priority when it is added). Three sources:
 - `OnlineReadout`: LEAP as it runs. The RLS readout (`lengthpred.online.RLSRegressor`) reads a feature
   row of the prompt's prefill; with `live` the row is computed on a CPU worker thread by the embedded
   model's prefill (competing with the engine for the cores), else it is looked up (stored features,
-  to isolate scheduling from predictor cost). Completed requests update the readout asynchronously
-  through `lengthpred.online.service.OnlineService`, which answers from the latest published weights.
+  to isolate scheduling from predictor cost). Completed requests update the readout through
+  `lengthpred.online.service.OnlineService`, which answers from the latest published weights: on an update
+  thread (`updates="thread"`), or in the replay loop between engine steps (`"between_steps"`, the serve
+  default: on vLLM-CPU an update thread beside a step stalled that step by about one step time).
 - `EngineReadout`: LEAP's design. The same readout reads the state the serving engine computed in the
   request's own prefill (`in_engine`: the replay loop serves the request in two phases, prefill first, and
   hands the captured row to `predict_row`; `lengthpred.serve.replay`), so no second prefill runs anywhere.
@@ -32,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from lengthpred.errors import DataError
+from lengthpred.errors import ConfigError, DataError
 from lengthpred.online.service import OnlineService
 from lengthpred.serve.workload import ServeRequest
 
@@ -99,6 +101,9 @@ class _TimedEstimator:
         return getattr(self._est, name)
 
 
+UPDATE_MODES = ("between_steps", "thread")  # where completions update the readout (`OnlineService`)
+
+
 class OnlineReadout:
     """RLS readout on prefill features, predicting on a worker thread (`live`) or inline (stored rows).
 
@@ -106,10 +111,12 @@ class OnlineReadout:
     every run starts from the same warm start."""
 
     def __init__(self, features: Callable[[ServeRequest], np.ndarray], estimator: Any, *, live: bool,
-                 name: str = "rls") -> None:
+                 name: str = "rls", updates: str = "thread") -> None:
+        if updates not in UPDATE_MODES:
+            raise ConfigError(f"serve.predictor.updates={updates!r}; valid: {', '.join(UPDATE_MODES)}")
         self.features, self.live, self.name = features, live, name
         self._timed = _TimedEstimator(copy.deepcopy(estimator))
-        self.service = OnlineService(self._timed)
+        self.service = OnlineService(self._timed, threaded_updates=updates == "thread")
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="lp-prefill") if live else None
         self._lock = threading.Lock()
         self._futures: list[tuple[ServeRequest, Future]] = []
@@ -186,8 +193,9 @@ class EngineReadout(OnlineReadout):
 
     in_engine = True
 
-    def __init__(self, estimator: Any, *, name: str = "rls+engine", capture: Any = None) -> None:
-        super().__init__(_no_rows, estimator, live=False, name=name)
+    def __init__(self, estimator: Any, *, name: str = "rls+engine", capture: Any = None, updates: str = "thread"
+                 ) -> None:
+        super().__init__(_no_rows, estimator, live=False, name=name, updates=updates)
         self.capture = capture
         self._hook0 = (capture.hook_s, capture.n_captured) if capture is not None else (0.0, 0)
 

@@ -290,7 +290,7 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
                 name, key = keys[policy]
                 return name, DistEngineReadout(key, name=name, capture=capture)
             if _predicting([policy]):  # sjf, sjf-aging: the point readout
-                return label, EngineReadout(est, name=label, capture=capture)
+                return label, EngineReadout(est, name=label, capture=capture, updates=str(pc.updates))
             return label, NoPredictor()
         return make
     label = rls_name(pc.forgetting) + ("" if pc.features == "live" else "+stored")
@@ -303,8 +303,8 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
 
         def rows(req):
             return table[req.prompt_id]
-    return lambda policy: (label, OnlineReadout(rows, est, live=live, name=label) if _predicting([policy])
-                            else NoPredictor())
+    return lambda policy: (label, OnlineReadout(rows, est, live=live, name=label, updates=str(pc.updates))
+                            if _predicting([policy]) else NoPredictor())
 
 
 def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, targets: pd.DataFrame,
