@@ -243,3 +243,26 @@ def test_aging_with_the_engine_readout_is_served_and_simulated_alike():
     err = {e["metric"]: abs(e["signed_err"]) for e in errors(real, sim_metrics(sim, SLO()))}
     for m in ("per_token_latency_mean", "ttft_mean", "jct_mean", "tpot_mean"):
         assert err[m] < 0.02, (m, err[m])
+
+
+def test_the_replay_loop_runs_numpys_blas_on_one_thread():
+    """An RLS update in the loop must not wake BLAS worker threads that spin beside the engine's step."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    seen: list[int] = []
+
+    class Probe(EngineReadout):
+        def on_complete(self, req, length, now):
+            seen.extend(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+            super().on_complete(req, length, now)
+
+    clock = VirtualClock(start=7.0)
+    pred = Probe(_readout())
+    try:
+        with threadpool_limits(limits=2, user_api="blas"):
+            replay(_requests(6), FakeEngine(PROF, clock), get_policy("sjf"), pred, clock)
+            after = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    finally:
+        pred.close()
+    assert seen and set(seen) == {1}
+    assert set(after) == {2}  # the caller's setting is back after the run

