@@ -388,8 +388,8 @@ def test_the_load_08_replication_and_the_aging_runs_read_as_the_readme_says():
         assert pg.loc[("sjf-aging", m), "ci_low"] < 0 < pg.loc[("sjf-aging", m), "ci_high"]
 
 
-def _trace_gains(folder: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """A committed trace-arrival run's real-engine runs and its paired gains over FCFS and over fcfs-pf."""
+def _reference(folder: str):
+    """A committed engine run resimulated: its results, its real-engine runs, and its paired gains over a baseline."""
     from lengthpred.paths import REPO_ROOT
     from lengthpred.stages.serve import resimulated
 
@@ -399,14 +399,15 @@ def _trace_gains(folder: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
     def gains(baseline: str) -> pd.DataFrame:
         return paired_gains(real, res.requests, s.slo, baseline=baseline).set_index(["policy", "metric"])
 
-    return real, gains("fcfs"), gains("fcfs-prefill-first")
+    return res, real, gains
 
 
 def test_the_trace_arrival_runs_read_as_the_readme_says():
     """The README's trace-arrival block, recomputed from the committed runs (which also checks that a run with
     trace arrivals resimulates: it reads its trace again): the predictions' per-token gain over fcfs-pf has an
     interval above 0, and fcfs-pf alone gains nothing per token over FCFS."""
-    _, over_fcfs, over_pf = _trace_gains("serve_trace10")
+    _, _, gains = _reference("serve_trace10")
+    over_fcfs, over_pf = gains("fcfs"), gains("fcfs-prefill-first")
     sjf = over_fcfs.loc[("sjf", "per_token_latency_mean")]
     assert sjf["n"] == 10 and sjf["gain"] == pytest.approx(0.298, abs=2e-3) and sjf["ci_low"] > 0
     assert over_fcfs.loc[("oracle-sjf", "per_token_latency_mean"), "gain"] == pytest.approx(0.386, abs=2e-3)
@@ -422,7 +423,8 @@ def test_the_rerun_with_blas_on_one_thread_reads_as_the_readme_says():
     """The README's rerun of the trace-arrival repeats after the per-completion stall was removed: the
     predictions' per-token gain over fcfs-pf holds, E2E mean now gains over FCFS, the long requests still pay,
     and an RLS update takes under a millisecond (it took 5-6 ms when BLAS threads spun)."""
-    real, over_fcfs, over_pf = _trace_gains("serve_trace10_blas1")
+    _, real, gains = _reference("serve_trace10_blas1")
+    over_fcfs, over_pf = gains("fcfs"), gains("fcfs-prefill-first")
     sjf = over_fcfs.loc[("sjf", "per_token_latency_mean")]
     assert sjf["n"] == 10 and sjf["gain"] == pytest.approx(0.287, abs=2e-3) and sjf["ci_low"] > 0
     assert over_fcfs.loc[("oracle-sjf", "per_token_latency_mean"), "gain"] == pytest.approx(0.345, abs=2e-3)
@@ -432,3 +434,20 @@ def test_the_rerun_with_blas_on_one_thread_reads_as_the_readme_says():
     assert over_fcfs.loc[("sjf", "jct_p99"), "ci_high"] < 0
     updates = real[(real["policy"] == "sjf") & (real["metric"] == "update_ms_mean")]["value"]
     assert len(updates) == 10 and updates.max() < 1.0
+
+
+def test_the_batch_cap_8_runs_read_as_the_readme_says():
+    """The README's cap-8 block, recomputed from the committed runs: with 8 slots SJF and the oracle still gain
+    per-token mean with intervals above 0, the median does not move, and at each run's own speed the simulator is
+    within 5% on every mean (calibrated at the cap it serves with)."""
+    res, _, gains = _reference("serve_cap8_10")
+    over_fcfs = gains("fcfs")
+    sjf = over_fcfs.loc[("sjf", "per_token_latency_mean")]
+    assert sjf["n"] == 10 and sjf["gain"] == pytest.approx(0.151, abs=2e-3) and sjf["ci_low"] > 0
+    assert over_fcfs.loc[("oracle-sjf", "per_token_latency_mean"), "gain"] == pytest.approx(0.173, abs=2e-3)
+    for policy in ("sjf", "oracle-sjf"):
+        median = over_fcfs.loc[(policy, "per_token_latency_p50")]
+        assert median["ci_low"] < 0 < median["ci_high"]
+    at = res.fidelity_at_speed
+    means = at[at["metric"].isin(["per_token_latency_mean", "ttft_mean", "jct_mean", "tpot_mean"])]
+    assert len(means) == 120 and means.groupby(["policy", "metric"])["abs_err"].mean().max() < 0.05
