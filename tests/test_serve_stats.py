@@ -441,6 +441,7 @@ def test_the_batch_cap_8_runs_read_as_the_readme_says():
     per-token mean with intervals above 0, the median does not move, and at each run's own speed the simulator is
     within 5% on every mean (calibrated at the cap it serves with)."""
     res, _, gains = _reference("serve_cap8_10")
+    assert "re-measure +0.3%" in res.check.reason  # the stored re-measure, not "no re-measure"
     over_fcfs = gains("fcfs")
     sjf = over_fcfs.loc[("sjf", "per_token_latency_mean")]
     assert sjf["n"] == 10 and sjf["gain"] == pytest.approx(0.151, abs=2e-3) and sjf["ci_low"] > 0

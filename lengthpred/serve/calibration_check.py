@@ -71,15 +71,16 @@ def _ratios(steps: pd.DataFrame, fit: ProfileFit, skip: int) -> np.ndarray:
 
 def check_calibration(steps: pd.DataFrame, limits: EngineLimits, bounds: CheckBounds = CheckBounds(), *,
                       recheck: pd.DataFrame | None = None, skip: int = 2, name: str = "fitted",
-                      source: str = "") -> CalibrationCheck:
-    """The checks above on a calibration burst's steps (`RunLog.steps`), and a re-measure burst's if given."""
+                      source: str = "", measured_shift: float = math.nan) -> CalibrationCheck:
+    """The checks above on a calibration burst's steps (`RunLog.steps`), and a re-measure burst's if given;
+    without one, `measured_shift` is a re-measure's shift recorded earlier (a stored run checked again)."""
     fit = fit_profile([steps], limits, name=name, skip=skip, source=source)
     rob = fit_profile([steps], limits, name=name, skip=skip, source=(source + " (robust Huber fit)").strip(),
                       robust=True)
     r = _ratios(steps, rob, skip)
     spread = 1.4826 * float(np.median(np.abs(r - np.median(r)))) if len(r) else math.nan
     slow = float(np.mean(r > 1.5)) if len(r) else math.nan
-    shift = step_drift(recheck, rob.profile, skip) - 1 if recheck is not None and len(recheck) else math.nan
+    shift = step_drift(recheck, rob.profile, skip) - 1 if recheck is not None and len(recheck) else measured_shift
     why = []
     if not fit.r2 >= bounds.min_r2:
         why.append(f"R² {fit.r2:.2f} < {bounds.min_r2:g}")

@@ -306,11 +306,12 @@ def _at_speeds(done: list[_Run], drift: pd.DataFrame, s: ServeSettings, fit: Pro
 
 def resimulate(requests: pd.DataFrame, steps: pd.DataFrame, runs: pd.DataFrame, engine_name: str,
                limits: EngineLimits, fit: ProfileFit, cap: float, s: ServeSettings,
-               calibration: RunLog | None = None) -> GridResult:
+               calibration: RunLog | None = None, calibration_shift: float = math.nan) -> GridResult:
     """The simulator's side of a stored serving run again, without the engine: every run's real metrics as
     measured (`runs`: its serve_runs.csv rows), its requests and steps (serve_requests / serve_steps) replayed
     by the current simulator on `fit` (the run's own calibration profile), so a change to the simulator's
-    model is checked against the same real runs. `cap`: the capacity the run's loads were fractions of."""
+    model is checked against the same real runs. `cap`: the capacity the run's loads were fractions of;
+    `calibration_shift`: the re-measure's shift stored with the calibration check (the burst is not rerun)."""
     real = runs[runs["hardware"] == engine_name]
     done = []
     for key, r in requests.groupby(KEYS, sort=False):
@@ -335,8 +336,9 @@ def resimulate(requests: pd.DataFrame, steps: pd.DataFrame, runs: pd.DataFrame, 
             m = blank_latencies(m)
         done.append(_Run(k, log_, m, sm, simr, ov))
     chk = None
-    if calibration is not None and s.check.on_fail != "off":  # checked again (no re-measure was stored)
-        chk = check_calibration(calibration.steps, limits, s.check, skip=s.fit_skip, name=fit.profile.name)
+    if calibration is not None and s.check.on_fail != "off":  # checked again, with the stored re-measure's shift
+        chk = check_calibration(calibration.steps, limits, s.check, skip=s.fit_skip, name=fit.profile.name,
+                                measured_shift=calibration_shift)
     return _collect(done, _StoredEngine(engine_name, limits), s, fit, cap, calibration, chk)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -439,9 +440,12 @@ def resimulated(run_dir: Path, slo: SLO | None = None, checks: dict[str, Any] | 
     limits = EngineLimits(**meta["limits"])
     cal_path = run_dir / "calibration_steps.parquet"
     cal = RunLog(pd.DataFrame(), pd.read_parquet(cal_path), {}, False, 0.0) if cal_path.is_file() else None
+    check_path = run_dir / "calibration_check.json"
+    shift = json.loads(check_path.read_text()).get("shift") if check_path.is_file() else None
     res = resimulate(pd.read_parquet(run_dir / "serve_requests.parquet"), pd.read_parquet(run_dir / "serve_steps.parquet"),
                      runs.drop(columns="experiment", errors="ignore"), meta["engine"], limits,
-                     load_profile_fit(run_dir / "profile.json"), float(meta["capacity_req_s"]), settings, cal)
+                     load_profile_fit(run_dir / "profile.json"), float(meta["capacity_req_s"]), settings, cal,
+                     math.nan if shift is None else float(shift))
     return res, settings, meta["engine"], limits
 
 
