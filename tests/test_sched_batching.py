@@ -127,6 +127,8 @@ def test_trace_and_batching_scripts_end_to_end(tmp_path):
     assert {"lin", "flat", "prompt-mean", "noisy@0.5", "true length"} <= set(res["predictor"])
     assert (tmp_path / "b/padding_B8.png").stat().st_size > 0
     assert (tmp_path / "b/batching.md").read_text().count("own resample of the 60-prompt test pool") == 2
+    # the heads' pool runs on sched.batching.hardware (static batches of 8 lie outside the vLLM-fitted default's range)
+    assert "heads' test pool, batches of 8** (cpu-smollm2-135m;" in (tmp_path / "b/batching.md").read_text()
     # a trace too short for the windows asked: one line with its size, exit 2
     bad = subprocess.run([*cmd[:2], *common, f"hydra.run.dir={tmp_path}/x", "sched.traces.n_requests=80"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)

@@ -48,7 +48,7 @@ def static_batching_into(cfg: DictConfig, out: str | Path, tracker: Any) -> Path
     if pool is not None:
         r: list[tuple] = []
         runs.append(run_batching(pool_draw(pool, int(b.n_requests), r, pool_bootstrap=boot), data=POOL_DATA,
-                                 profile=get_profile(sc.hardware), seeds=seeds, batch_sizes=sizes))
+                                 profile=get_profile(b.hardware), seeds=seeds, batch_sizes=sizes))
         rho += [(POOL_DATA, *x) for x in r]
     for name in b.traces:
         df = load_trace(name, Path(t.root), t.on_bad_input)
