@@ -2,7 +2,8 @@
 
 A stage's cache key is the hash of what it reads, as `lengthpred.stagegraph` declares it: its own config nodes,
 the source of the `lengthpred` modules its script imports, the script and its arguments, the committed files it
-reads and the keys and output digests of the earlier stages it reads. So a change in the tables code reruns the
+reads, the keys and output digests of the earlier stages it reads, and (for a stage that scans the experiment
+folder) whatever another script left there under a name it reads (`stages.locations.stray_outputs`). So a change in the tables code reruns the
 tables stage only, and a change in the heads code reruns train and what reads it, not features. A rerun's log
 line says which part changed (`stagegraph.why_changed`).
 
@@ -36,11 +37,11 @@ from omegaconf import DictConfig, OmegaConf
 from lengthpred.artefacts import SCHED_GAINS, SCHED_RESULTS
 from lengthpred.errors import LengthpredError
 from lengthpred.eval.inputs import read_sched
-from lengthpred.integrity import atomic_write_text, folder_lock, tree_digest
+from lengthpred.integrity import atomic_write_text, file_digest, folder_lock, tree_digest
 from lengthpred.paths import HOME_ENV, REPO_ROOT, default_datasets_root, home
 from lengthpred.sched.sweep.summary import short_t5
 from lengthpred.stagegraph import SourceCache, StageDeps, config_nodes, digest, key_parts, why_changed
-from lengthpred.stages.locations import experiment_dir
+from lengthpred.stages.locations import experiment_dir, stray_outputs
 from lengthpred.stages.outputs import OUTPUTS, read_outputs
 from lengthpred.stages.resume import STARTED
 
@@ -205,6 +206,13 @@ def run_pipeline(cfg: DictConfig, overrides: list[str]) -> None:
           f"{cfg.paths.outputs_dir}/wandb")
 
 
+def _stray_digest(exp_dir: Path, own: list[str]) -> str | None:
+    """What another script left where the scanning stages read (`locations.stray_outputs`): names and contents,
+    None when there is nothing."""
+    found = stray_outputs(exp_dir, own)
+    return digest({str(f.relative_to(exp_dir)): file_digest(f) for f in found}) if found else None
+
+
 def _reference_digest(cfg: DictConfig) -> str | None:
     """The model's committed reference traces (what the stages declaring "reference" read), or None."""
     root = Path(str(cfg.paths.reference_dir)) / str(cfg.model.name)
@@ -281,6 +289,7 @@ def _run_stages(cfg: DictConfig, overrides: list[str], exp_dir: Path) -> None:
 
         stages.append(Stage(name, REPO_ROOT / "scripts" / script, args, run))
     # the composed config holds the user's overrides: each stage's nodes carry those it reads
-    run_stages(stages, exp_dir, config_nodes(cfg), {"reference": _reference_digest(cfg)},
+    files = {"reference": _reference_digest(cfg), "stray": _stray_digest(exp_dir, [s.name for s in stages])}
+    run_stages(stages, exp_dir, config_nodes(cfg), files,
                force=bool(cfg.pipeline.force), skip=set(cfg.pipeline.skip or []),
                dry_run=bool(cfg.pipeline.get("dry_run", False)))

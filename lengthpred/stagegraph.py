@@ -37,8 +37,9 @@ BOUNDARY = frozenset({"lengthpred.cli"})
 
 @dataclass(frozen=True)
 class StageDeps:
-    """A stage's declared reads: top-level config nodes, earlier stages' outputs and committed files (by a name
-    the pipeline resolves: "reference", the model's committed reference traces)."""
+    """A stage's declared reads: top-level config nodes, earlier stages' outputs and files by a name the pipeline
+    resolves: "reference", the model's committed reference traces; "stray", outputs another script left in the
+    experiment folder where a stage that scans it would read them (`stages.locations.stray_outputs`)."""
 
     config: tuple[str, ...]
     inputs: tuple[str, ...]
@@ -74,16 +75,16 @@ STAGES: dict[str, StageDeps] = {
         inputs=("model", "data", "generate", "features", "train", "train_proxy"),
     ),
     "simulate": StageDeps(config=("model", "data", "generate", "eval", "sched"),
-                          inputs=("data", "generate", *_PREDICTIONS)),
+                          inputs=("data", "generate", *_PREDICTIONS), files=("stray",)),
     "traces": StageDeps(config=("model", "data", "generate", "eval", "sched"),
-                        inputs=("data", "generate", *_PREDICTIONS)),
+                        inputs=("data", "generate", *_PREDICTIONS), files=("stray",)),
     "batching": StageDeps(config=("model", "data", "generate", "eval", "sched"),
-                          inputs=("data", "generate", *_PREDICTIONS)),
+                          inputs=("data", "generate", *_PREDICTIONS), files=("stray",)),
     "evaluate": StageDeps(config=("model", "data", "generate", "eval"), inputs=("data", "generate", *_PREDICTIONS),
-                          files=("reference",)),
+                          files=("reference", "stray")),
     "tables": StageDeps(
         config=("model", "data", "generate", "features", "eval"),
-        inputs=("data", "generate", *_PREDICTIONS, "costs", "simulate", "evaluate"),
+        inputs=("data", "generate", *_PREDICTIONS, "costs", "simulate", "evaluate"), files=("stray",),
     ),
 }
 

@@ -122,3 +122,13 @@ def test_the_file_names_are_spelled_once(name):
     root = Path(artefacts.__file__).parent
     spelled = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if f'"{name}"' in p.read_text())
     assert spelled == sorted(["artefacts.py", *NOT_YET.get(name, [])])
+
+
+def test_stray_outputs_are_the_scanned_names_no_pipeline_stage_wrote(tmp_path):
+    exp = tmp_path / "exp"
+    for f in ["train/linear/predictions.parquet", "simulate/sched_results.csv", "stack/predictions.parquet",
+              "runs/2026-12-03/costs.json", "runs/2026-12-03/notes.txt", "results.csv", "tables/T1.md"]:
+        _write(exp / f, "x", S)
+    got = {str(p.relative_to(exp)) for p in locations.stray_outputs(exp, ["train", "simulate", "evaluate"])}
+    assert got == {"stack/predictions.parquet", "runs/2026-12-03/costs.json"}
+    assert locations.stray_outputs(tmp_path / "absent", ["train"]) == []

@@ -10,7 +10,7 @@ import pytest
 
 from lengthpred.errors import ConfigError
 from lengthpred.paths import REPO_ROOT
-from lengthpred.pipeline import Stage, run_stages, stage_commands
+from lengthpred.pipeline import Stage, _stray_digest, run_stages, stage_commands
 from lengthpred.stagegraph import (
     COMMON_NODES,
     IGNORED_NODES,
@@ -51,7 +51,8 @@ def fake(tmp_path):
     return tmp_path
 
 
-def run_fake(root: Path, nodes: dict | None = None, **kw) -> list[str]:
+def run_fake(root: Path, nodes: dict | None = None, deps: dict | None = None, files: dict | None = None,
+             **kw) -> list[str]:
     nodes = nodes or {"root": {"seed": 0}, "alpha": {"k": 1}, "beta": {"k": 2}, "gamma": {"k": 3}}
 
     def work(d: Path) -> None:
@@ -59,7 +60,8 @@ def run_fake(root: Path, nodes: dict | None = None, **kw) -> list[str]:
 
     args = {"b": ["g=x"]}  # stage b runs with a group choice of its own
     stages = [Stage(s, root / "scripts" / f"{s}.py", args.get(s, []), work) for s in "abc"]
-    return run_stages(stages, root / "out", nodes, {}, src_root=root / "src", conf_dir=root / "conf", deps=FAKE, **kw)
+    return run_stages(stages, root / "out", nodes, files or {}, src_root=root / "src", conf_dir=root / "conf",
+                      deps=deps or FAKE, **kw)
 
 
 def test_unchanged_rerun_runs_nothing(fake):
@@ -117,6 +119,30 @@ def test_a_skipped_stage_keeps_its_readers_cached_and_force_reruns_all(fake):
     run_fake(fake)
     assert run_fake(fake, skip={"a"}) == []
     assert run_fake(fake, force=True) == ["a", "b", "c"]
+
+
+def test_a_stray_output_reruns_only_the_stages_that_scan_for_it(fake, capsys):
+    deps = FAKE | {"b": StageDeps(config=("beta",), inputs=("a",), files=("stray",))}
+    assert run_fake(fake, deps=deps, files={"stray": None}) == ["a", "b", "c"]
+    capsys.readouterr()
+    assert run_fake(fake, deps=deps, files={"stray": "1f2e3d"}) == ["b", "c"]  # c hashes b's key, which changed
+    assert "[b] input stray changed: rerunning" in capsys.readouterr().out
+    assert run_fake(fake, deps=deps, files={"stray": "1f2e3d"}) == []
+
+
+def test_the_stages_that_scan_the_experiment_folder_hash_its_stray_outputs(tmp_path):
+    assert {n for n, d in STAGES.items() if "stray" in d.files} == {"simulate", "traces", "batching", "evaluate",
+                                                                      "tables"}
+    exp = tmp_path / "exp"
+    (exp / "train" / "linear").mkdir(parents=True)
+    (exp / "train" / "linear" / "predictions.parquet").write_bytes(b"train's own")
+    assert _stray_digest(exp, ["train"]) is None
+    (exp / "stack").mkdir()
+    (exp / "stack" / "predictions.parquet").write_bytes(b"a stack run by hand")
+    first = _stray_digest(exp, ["train"])
+    assert first is not None and _stray_digest(exp, ["train", "stack"]) is None
+    (exp / "stack" / "predictions.parquet").write_bytes(b"run again")
+    assert _stray_digest(exp, ["train"]) not in (None, first)
 
 
 def test_a_stage_without_declared_reads_is_refused(fake):

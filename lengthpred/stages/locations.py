@@ -18,7 +18,7 @@ experiment folder; when a name occurs more than once the newest wins by the one 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,22 @@ def splits_json(cfg: Any) -> Path:
 def predictions_files(root: str | Path) -> list[Path]:
     """Every predictions file under a run or experiment folder (or that file), oldest first."""
     return outputs(root, names.PREDICTIONS)
+
+
+# the names stages find by scanning the whole experiment folder: predictions (`eval.input_dir`,
+# `sched.source.predictions_path`) and the newest-of-its-name outputs the tables read
+SCANNED = (names.PREDICTIONS, names.ONLINE_SUMMARY, names.CURVES, names.STREAM_CURVES, names.SCHED_RESULTS,
+           names.SCHED_GAINS, names.SCHED_LATENCIES, names.COSTS)
+
+
+def stray_outputs(exp_dir: str | Path, own: Iterable[str]) -> list[Path]:
+    """Files with a `SCANNED` name under exp_dir outside the `own` stage folders (`<exp_dir>/<stage>/`), oldest
+    first: what another script left where the scanning stages look (e.g. `scripts/stack.py` run into the
+    experiment folder, a standalone run under `runs/`). The pipeline hashes them into those stages' keys."""
+    root = Path(exp_dir)
+    mine = [root / s for s in own]
+    found = [f for name in SCANNED for f in outputs(root, name)]
+    return oldest_first(f for f in found if not any(d in f.parents for d in mine))
 
 
 def newest_run(exp_dir: str | Path, name: str) -> Path | None:
