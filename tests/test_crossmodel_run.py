@@ -93,6 +93,30 @@ def test_results_tables_and_transfer_matrix(run):
     assert s["union"]["missing_by_design"] == [f"Apps/{L1B}"]
 
 
+def test_a_rerun_reads_every_fit_from_the_cache_and_refits_only_what_changed(run, tiny_model, tokenizer):
+    from lengthpred.stages.castillo import run_castillo
+
+    tmp, cfg, s = run
+    assert s["fits_from_cache"] == 0
+    first = pd.read_parquet(f"{cfg.paths.output_dir}/predictions.parquet")
+    again = run_castillo(cfg, tmp / "again", model=tiny_model, tokenizer=tokenizer)
+    assert again["fits_from_cache"] == len(s["fits"]) == 24  # a new run folder: nothing keyed on the path
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp / "again" / "predictions.parquet"), first)
+    fits = pd.read_csv(tmp / "again" / "fits.csv")
+    assert fits["from_cache"].all()
+    assert (fits["fit_seconds"].dropna() > 0).all()  # the original fit's time, not the read's
+    # one unreadable entry and one changed setting: exactly those fits run again
+    store = tmp / "data" / "fits" / "castillo"
+    entries = sorted(store.glob("*.json"))
+    assert len(entries) == 24
+    next(e for e in entries if json.loads(e.read_text())["head"] == "constant").write_text("{broken")
+    cfg2 = castillo_cfg(tmp, "+crossmodel.head_overrides.linear.select.alpha=[0.02,0.2,2,20,200,2000,20000,200000]")
+    changed = run_castillo(cfg2, tmp / "changed", model=tiny_model, tokenizer=tokenizer)
+    fits = pd.read_csv(tmp / "changed" / "fits.csv")
+    refit = fits.loc[~fits["from_cache"], "head"].tolist()
+    assert changed["fits_from_cache"] == 24 - 4 - 1 and sorted(refit) == ["constant", *["linear"] * 4]
+
+
 def test_model_missing_from_test_is_reported_not_dropped(tmp_path, tiny_model, tokenizer):
     from lengthpred.stages.castillo import run_castillo
 
@@ -139,5 +163,7 @@ def test_experiment_config_for_the_embedded_model():
     specs = {s.name: s for s in head_specs(cfg, list(ALL13))}
     assert _feature_columns(cfg, list(specs.values())) == ["hs.L20.entropy", "hs.L20.last"]
     assert len(specs["linear"].targets) == 14 and specs["proxy_rank"].targets == ("all-models", L31)
-    assert specs["egtp"].settings.n_seeds == 1 and specs["proxy_reg"].settings.params["epochs"] == 2
+    assert specs["egtp"].settings.n_seeds == 1 and specs["proxy_reg"].settings.search.subsample == 128
+    assert specs["proxy_reg"].settings.search.budget == specs["linear"].settings.search.budget == 8
+    assert specs["linear"].settings.search.subsample is None  # only the proxies search on a subsample
     assert str(cfg.data.root).endswith("castillo/validate") and cfg.data.per_dataset == 150

@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
+from lengthpred.crossmodel.fit_cache import FitCache
 from lengthpred.crossmodel.inputs import PromptInputs
 from lengthpred.crossmodel.table import ALL_MODELS, LengthTable, short_model
 from lengthpred.errors import DataError
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 WITHIN = "(within dataset)"
 POOLED_FIT = "(pooled fit)"
 FIT_COLUMNS = ["head", "fit", "status", "n_train", "n_val", "selected", "val_spearman", "n_seeds",
-               "n_parameters", "fit_seconds"]
+               "n_parameters", "fit_seconds", "from_cache"]
 
 
 @dataclass(frozen=True)
@@ -109,17 +110,28 @@ def fit_one(spec: HeadSpec, target: str, inputs: PromptInputs, table: LengthTabl
 
 
 def fit_all(specs: Sequence[HeadSpec], inputs: PromptInputs, table: LengthTable,
-            split: Mapping[str, Sequence[str]], *, min_train: int = 20) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(fit records, predictions: one row per head × fit target × test prompt)."""
+            split: Mapping[str, Sequence[str]], *, min_train: int = 20,
+            cache: FitCache | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(fit records, predictions: one row per head × fit target × test prompt). With a `cache`, a fit whose
+    content key is stored is read back instead of fitted (`from_cache` in its record), and each new fit is
+    stored as soon as it finishes."""
     records, frames = [], []
     for spec in specs:
         for target in spec.targets:
-            rec, preds = fit_one(spec, target, inputs, table, split, min_train)
+            key = cache.key(spec, target, inputs, table, split, min_train) if cache is not None else None
+            hit = cache.load(key) if cache is not None and key is not None else None
+            if hit is None:
+                rec, preds = fit_one(spec, target, inputs, table, split, min_train)
+                if cache is not None and key is not None:
+                    cache.store(key, rec, preds)
+            else:
+                rec, preds = hit
+            rec = rec | {"from_cache": hit is not None}
             records.append(rec)
             if preds is not None:
                 frames.append(preds)
-            log.info("%s on %s: %s (%.1f s)", spec.label, short_model(target), rec["status"],
-                     rec.get("fit_seconds") or 0.0)
+            log.info("%s on %s: %s (%.1f s%s)", spec.label, short_model(target), rec["status"],
+                     rec.get("fit_seconds") or 0.0, ", from the fit cache" if hit is not None else "")
     fits = pd.DataFrame(records).reindex(columns=FIT_COLUMNS)
     preds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["head", "fit", "id", "y_pred"])
     return fits, preds

@@ -7,7 +7,8 @@ only the columns the heads read) → fits (every head per fit target; `crossmode
 dataset) → ceilings → scores → tables and plots.
 
 Writes into `out_dir`: `union/` (prompts.jsonl, lengths.npz), `split.json`, `coverage.csv`, `fits.csv`,
-`predictions.parquet`, `results.csv`, `ceilings_test.csv`, `ceilings_all.csv`, `transfer_<head>.csv`,
+`predictions.parquet` (each fit also kept in `crossmodel.fit_cache` on its content key, so a rerun or a
+resumed crash fits only what changed), `results.csv`, `ceilings_test.csv`, `ceilings_all.csv`, `transfer_<head>.csv`,
 `tables/` (T7*.md/.tex/.csv), `plots/`, `summary.json` (sizes, warnings, stage times); with `docs_dir`,
 the Markdown tables and figures are copied there too.
 """
@@ -29,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.artefacts import PREDICTIONS
 from lengthpred.crossmodel.ceilings import POOLED, ceiling_lookup, ceiling_range, ceiling_table
+from lengthpred.crossmodel.fit_cache import FitCache
 from lengthpred.crossmodel.fits import HeadSpec, fit_all
 from lengthpred.crossmodel.inputs import PromptInputs, prompt_tokens
 from lengthpred.crossmodel.plots import achieved_vs_ceiling, heatmap_transfer
@@ -192,12 +194,13 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
             features = ensure_features(cfg, prompts, model=model, tokenizer=tokenizer)
     inputs = PromptInputs.build(records, features, columns, n_tokens)
     fits_frames, pred_frames = [], []
+    cache = FitCache(resolve(str(cm.fit_cache))) if cm.get("fit_cache") else None
     for kind in ("heads", "proxy_heads"):
         group = [s for s in specs if (s.name in (cm.proxy_heads or []) and not s.within) == (kind == "proxy_heads")]
         if not group:
             continue
         with timer.stage(f"fit {kind}"):
-            f, p = fit_all(group, inputs, table, split, min_train=int(cm.min_train))
+            f, p = fit_all(group, inputs, table, split, min_train=int(cm.min_train), cache=cache)
             fits_frames.append(f)
             pred_frames.append(p)
     fits, preds = pd.concat(fits_frames, ignore_index=True), pd.concat(pred_frames, ignore_index=True)
@@ -224,6 +227,7 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
         "truncation": truncation_counts(n_tokens, dataset_of, cfg.features.get("max_prompt_tokens")),
         "feature_columns": columns, "coverage_warnings": warnings,
         "ceiling_range_loo": ceiling_range(ceil_all).to_dict("records"),
+        "fits_from_cache": int(fits["from_cache"].sum()),
         "fits": fits.replace({float("nan"): None}).to_dict("records"),
         "seconds": timer.seconds | {"total": round(sum(timer.seconds.values()), 1)},
         "written": [str(p) for p in written],
