@@ -283,10 +283,16 @@ class PairedDifference:
     n: int
 
 
-def paired_bootstrap(
+def paired_bootstrap(y_true: Any, pred_a: Any, pred_b: Any, metric: str = "spearman", **kw: Any) -> PairedDifference:
+    """Paired bootstrap of the difference between two predictors scored on the same prompts (keywords as
+    `paired_bootstrap_seeds`: n_boot, seed, confidence, params)."""
+    return paired_bootstrap_seeds(y_true, [pred_a], [pred_b], metric, **kw)
+
+
+def paired_bootstrap_seeds(
     y_true: Any,
-    pred_a: Any,
-    pred_b: Any,
+    preds_a: Sequence[Any],
+    preds_b: Sequence[Any],
     metric: str = "spearman",
     *,
     n_boot: int = 1000,
@@ -294,24 +300,31 @@ def paired_bootstrap(
     confidence: float = 0.95,
     params: Mapping[str, Any] | None = None,
 ) -> PairedDifference:
-    """Paired bootstrap of the difference between two predictors scored on the same prompts."""
-    t, a = _as_pair(y_true, pred_a)
-    _, b = _as_pair(y_true, pred_b)
+    """Paired bootstrap of mean-over-seeds metric(A) − mean-over-seeds metric(B): every seed's predictions of
+    both heads are scored on the same resample of prompts, so the interval carries the prompts' noise and the
+    seed means carry the seeds'. UNDEFINED when any seed's metric is."""
+    if not len(preds_a) or not len(preds_b):
+        raise ValueError("paired_bootstrap_seeds: each head needs at least one seed's predictions")
+    t = _as_pair(y_true, preds_a[0])[0]
+    a = [_as_pair(y_true, p)[1] for p in preds_a]
+    b = [_as_pair(y_true, p)[1] for p in preds_b]
     m = METRICS.get(metric)
     kw = dict(params or {})
-    va, vb = m(t, a, **kw), m(t, b, **kw)
-    if is_undefined(va) or is_undefined(vb):
+    va, vb = [m(t, x, **kw) for x in a], [m(t, x, **kw) for x in b]
+    if any(is_undefined(v) for v in va + vb):
         return PairedDifference(metric, UNDEFINED, UNDEFINED, UNDEFINED, UNDEFINED, int(t.size))
-    diffs = [
-        m.on_rows(t[idx], a[idx], **kw) - m.on_rows(t[idx], b[idx], **kw)
-        for idx in _resample_blocks(t.size, n_boot, seed)
-    ]
+
+    def seed_mean(T: np.ndarray, preds: list[np.ndarray], idx: np.ndarray) -> np.ndarray:
+        return np.mean([m.on_rows(T, x[idx], **kw) for x in preds], axis=0)
+
+    diffs = [seed_mean(t[idx], a, idx) - seed_mean(t[idx], b, idx) for idx in _resample_blocks(t.size, n_boot, seed)]
     d = np.concatenate(diffs) if diffs else np.empty(0)
     lo, hi = _percentile_ci(d, confidence)
     ok = d[np.isfinite(d)]
     sign = 1.0 if m.higher_is_better else -1.0
     p_value: MetricValue = float(np.mean(sign * ok <= 0)) if ok.size else UNDEFINED
-    return PairedDifference(metric, float(va) - float(vb), lo, hi, p_value, int(t.size))
+    diff = float(np.mean([float(v) for v in va])) - float(np.mean([float(v) for v in vb]))
+    return PairedDifference(metric, diff, lo, hi, p_value, int(t.size))
 
 
 # --- the noise ceiling (RESEARCH.md "The ceiling every predictor lives under") ----------------------

@@ -17,6 +17,8 @@ from lengthpred.metrics import (
     is_undefined,
     noise_ceiling,
     paired_bootstrap,
+    paired_bootstrap_seeds,
+    spearman,
 )
 
 
@@ -110,6 +112,23 @@ def test_paired_bootstrap_finds_the_planted_better_predictor():
     assert mae.diff < 0 and mae.ci_high < 0 and mae.p_value < 0.05
     const = paired_bootstrap(t, np.ones_like(t), bad, "spearman", n_boot=50)
     assert const.diff is UNDEFINED and const.p_value is UNDEFINED
+
+
+def test_paired_bootstrap_over_seeds_compares_seed_means_on_shared_resamples():
+    rng = np.random.default_rng(5)
+    t = rng.gamma(2.0, 100.0, 300)
+    goods = [t + rng.normal(0, 40, 300) for _ in range(3)]
+    bads = [t + rng.normal(0, 150, 300) for _ in range(2)]
+    d = paired_bootstrap_seeds(t, goods, bads, "spearman", n_boot=400, seed=1)
+    want = np.mean([spearman(t, g) for g in goods]) - np.mean([spearman(t, b) for b in bads])
+    assert d.diff == pytest.approx(want, abs=1e-12) and 0 < d.ci_low < d.diff < d.ci_high and d.p_value < 0.05
+    one = paired_bootstrap_seeds(t, goods[:1], bads[:1], "mae", n_boot=400, seed=1)
+    assert one == paired_bootstrap(t, goods[0], bads[0], "mae", n_boot=400, seed=1)
+    # averaging seeds narrows the interval against one seed of the same head
+    assert d.ci_high - d.ci_low < paired_bootstrap(t, goods[0], bads[0], n_boot=400, seed=1).ci_high - \
+        paired_bootstrap(t, goods[0], bads[0], n_boot=400, seed=1).ci_low
+    with pytest.raises(ValueError, match="at least one seed"):
+        paired_bootstrap_seeds(t, [], bads)
 
 
 def _spearman_of_normal(rho: float) -> float:

@@ -1,0 +1,106 @@
+"""Heads fitted in separate runs (extra seeds fitted later, a head rerun on its own), compared on their seed
+means, paired on the prompts they share.
+
+Each head is given as one or more predictions files (`scripts/train.py`'s `predictions.parquet`); every file
+contributes its seed columns (`y_pred_seed<i>`, or `y_pred` when it has none), so a head's seeds may come
+from several runs. The rows are those whose `split` matches one of the patterns (fnmatch; `indomain/*/test`
+is T1's pooled test set), keyed by prompt id; every head must agree on `y_true`. For each metric, the
+difference of seed means against the reference head has a paired percentile bootstrap interval
+(`lengthpred.metrics.paired_bootstrap_seeds`): one resample of prompts scores every seed of both heads.
+MAE scores each seed's median prediction where the file records it (`lengthpred.seeds.POINT_COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from lengthpred.errors import DataError
+from lengthpred.metrics import METRICS, is_undefined, paired_bootstrap_seeds
+from lengthpred.seeds import POINT_COLUMNS, seed_column, seed_columns, spread
+
+COLUMNS = ["head", "n_seeds", "n", "metric", "seed_mean", "seed_sd", "diff_vs_reference", "ci_low", "ci_high",
+           "p_value"]
+
+
+def _rows(frame: pd.DataFrame, head: str, splits: Sequence[str]) -> pd.DataFrame:
+    if "head" in frame.columns and frame["head"].nunique() > 1:
+        frame = frame[frame["head"] == head]
+    keep = frame["split"].astype(str).map(lambda s: any(fnmatch.fnmatch(s, p) for p in splits))
+    rows = frame[keep]
+    if rows.empty:
+        raise DataError(f"{head}: no rows whose split matches {list(splits)} (splits there: "
+                        f"{sorted(frame['split'].astype(str).unique())[:6]})")
+    if rows["id"].duplicated().any():
+        raise DataError(f"{head}: a prompt id appears twice among splits {list(splits)}; pick one split pattern")
+    return rows.set_index("id")
+
+
+def _seed_preds(rows: pd.DataFrame, point: str | None) -> list[pd.Series]:
+    """One Series per seed of this file: the seed columns of `point` (median/mean) where every row records
+    them, else the plain seed columns, else `y_pred`."""
+    plain = seed_columns(rows.columns) or ["y_pred"]
+    if point is not None:
+        own = [seed_column(i, point) for i in range(len(plain))] if plain != ["y_pred"] else [POINT_COLUMNS[point]]
+        if all(c in rows.columns and np.isfinite(rows[c].to_numpy(dtype=np.float64)).all() for c in own):
+            return [rows[c] for c in own]
+    return [rows[c] for c in plain]
+
+
+def _value(metric: str, y: np.ndarray, p: np.ndarray) -> float:
+    v = METRICS.get(metric)(y, p)
+    return float("nan") if is_undefined(v) else float(v)
+
+
+def compare_seed_means(heads: Mapping[str, Sequence[pd.DataFrame]], reference: str, splits: Sequence[str],
+                       metrics: Sequence[str] = ("spearman", "mae"), *, n_boot: int = 1000, seed: int = 0,
+                       confidence: float = 0.95) -> pd.DataFrame:
+    """One row per head × metric (COLUMNS): seed mean ± sd over every seed of the head's files and, but for
+    the reference, the paired difference of seed means with its interval and one-sided p."""
+    if reference not in heads:
+        raise DataError(f"reference head {reference!r} is not among the heads {sorted(heads)}")
+    rows = {h: [_rows(f, h, splits) for f in frames] for h, frames in heads.items()}
+    ids = sorted(set.intersection(*(set(r.index) for rs in rows.values() for r in rs)))
+    if len(ids) < 2:
+        raise DataError(f"the heads share {len(ids)} prompt(s) on splits {list(splits)}: nothing to pair")
+    y = rows[reference][0].loc[ids, "y_true"].to_numpy(dtype=np.float64)
+    for h, rs in rows.items():
+        for r in rs:
+            if not np.allclose(r.loc[ids, "y_true"].to_numpy(dtype=np.float64), y):
+                raise DataError(f"{h}: y_true differs from {reference}'s on the shared prompts (another trace?)")
+    out = []
+    for metric in metrics:
+        point = METRICS.get(metric).rewards
+        preds = {h: [s.loc[ids].to_numpy(dtype=np.float64) for r in rs for s in _seed_preds(r, point)]
+                 for h, rs in rows.items()}
+        for h, ps in preds.items():
+            s = spread([_value(metric, y, p) for p in ps])
+            row = {"head": h, "n_seeds": len(ps), "n": len(ids), "metric": metric, "seed_mean": s.mean,
+                   "seed_sd": s.sd}
+            if h != reference:
+                d = paired_bootstrap_seeds(y, ps, preds[reference], metric, n_boot=n_boot, seed=seed,
+                                           confidence=confidence)
+                row |= {"diff_vs_reference": d.diff, "ci_low": d.ci_low, "ci_high": d.ci_high, "p_value": d.p_value}
+            out.append(row)
+    return pd.DataFrame(out).reindex(columns=COLUMNS)
+
+
+def _fmt(x: object, digits: int) -> str:
+    return "" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{float(x):.{digits}f}"
+
+
+def seed_pairs_markdown(df: pd.DataFrame, reference: str) -> str:
+    """The comparison as a Markdown table, one row per head and metric."""
+    lines = [f"| head | seeds | metric | seed mean ± sd | difference vs {reference} [95% CI] | p (one-sided) |",
+             "|---|---:|---|---:|---:|---:|"]
+    for r in df.itertuples():
+        digits = 3 if r.metric == "spearman" else 1
+        sd = f" ± {_fmt(r.seed_sd, digits)}" if np.isfinite(r.seed_sd) else ""
+        diff = (f"{_fmt(r.diff_vs_reference, digits)} [{_fmt(r.ci_low, digits)}, {_fmt(r.ci_high, digits)}]"
+                if r.head != reference else "(reference)")
+        lines.append(f"| {r.head} | {r.n_seeds} | {r.metric} | {_fmt(r.seed_mean, digits)}{sd} | {diff} | "
+                     f"{_fmt(r.p_value, 3)} |")
+    return "\n".join(lines) + "\n"
