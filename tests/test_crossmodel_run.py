@@ -104,6 +104,10 @@ def test_a_rerun_reads_every_fit_from_the_cache_and_refits_only_what_changed(run
     pd.testing.assert_frame_equal(pd.read_parquet(tmp / "again" / "predictions.parquet"), first)
     fits = pd.read_csv(tmp / "again" / "fits.csv")
     assert fits["from_cache"].all()
+    fresh = pd.read_csv(f"{cfg.paths.output_dir}/fits.csv")
+    pd.testing.assert_frame_equal(fits.drop(columns="from_cache"), fresh.drop(columns="from_cache"))
+    for f in ("results.csv", "tables/T7.md"):
+        assert (tmp / "again" / f).read_text() == open(f"{cfg.paths.output_dir}/{f}").read()
     assert (fits["fit_seconds"].dropna() > 0).all()  # the original fit's time, not the read's
     # one unreadable entry and one changed setting: exactly those fits run again
     store = tmp / "data" / "fits" / "castillo"
@@ -115,6 +119,27 @@ def test_a_rerun_reads_every_fit_from_the_cache_and_refits_only_what_changed(run
     fits = pd.read_csv(tmp / "changed" / "fits.csv")
     refit = fits.loc[~fits["from_cache"], "head"].tolist()
     assert changed["fits_from_cache"] == 24 - 4 - 1 and sorted(refit) == ["constant", *["linear"] * 4]
+
+
+def test_a_run_killed_mid_fits_resumes_from_its_finished_fits(tmp_path, tiny_model, tokenizer, monkeypatch):
+    import lengthpred.crossmodel.fits as fits_mod
+    from lengthpred.stages.castillo import run_castillo
+
+    cfg = castillo_cfg(tmp_path)
+    real, calls = fits_mod.fit_one, []
+
+    def dies_on_the_eighth(*a, **k):
+        calls.append(1)
+        if len(calls) == 8:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(fits_mod, "fit_one", dies_on_the_eighth)
+    with pytest.raises(KeyboardInterrupt):
+        run_castillo(cfg, tmp_path / "killed", model=tiny_model, tokenizer=tokenizer)
+    monkeypatch.setattr(fits_mod, "fit_one", real)
+    s = run_castillo(cfg, tmp_path / "resumed", model=tiny_model, tokenizer=tokenizer)
+    assert s["fits_from_cache"] == 7 and len(s["fits"]) == 24
 
 
 def test_model_missing_from_test_is_reported_not_dropped(tmp_path, tiny_model, tokenizer):

@@ -48,7 +48,7 @@ def test_a_heads_seeds_may_come_from_several_runs_and_pair_on_shared_prompts(y):
     assert sp.loc["proxy", "ci_high"] < 0 and sp.loc["proxy", "p_value"] > 0.95
     assert np.isnan(sp.loc["probe", "diff_vs_reference"])
     md = seed_pairs_markdown(df, "probe")
-    assert "| probe | 3 | spearman |" in md and "(reference)" in md
+    assert "| probe | 3 | spearman (y_pred) |" in md and "(reference)" in md
 
 
 def test_mae_scores_each_seeds_median_where_the_file_records_it(y):
@@ -57,6 +57,21 @@ def test_mae_scores_each_seeds_median_where_the_file_records_it(y):
     df = compare_seed_means({"probe": [ref], "other": [other]}, "probe", ["indomain/*/test"], n_boot=100)
     mae = df[df["metric"] == "mae"].set_index("head")
     assert mae.loc["probe", "seed_mean"] == 0.0 and mae.loc["other", "diff_vs_reference"] > 0
+
+
+def test_one_kind_of_prediction_per_head_and_files_holding_several_heads(y):
+    # one file with a 2-seed head and a 1-seed head: the latter's seed columns are NaN there
+    both = pd.concat([frame("probe", y, [noisy(y, 30, 0), noisy(y, 30, 1)], median=[y, y]),
+                      frame("const", y, [np.full(N, 200.0)], seed_cols=False)], ignore_index=True)
+    no_median = frame("probe", y, [noisy(y, 30, 2)])  # a later run of the probe without median columns
+    df = compare_seed_means({"probe": [both, no_median], "const": [both]}, "probe", ["indomain/*/test"], n_boot=50)
+    mae = df[df["metric"] == "mae"].set_index("head")
+    assert mae.loc["probe", "n_seeds"] == 3 and mae.loc["probe", "scored"] == "y_pred"  # not a mix
+    sp = df[df["metric"] == "spearman"].set_index("head")
+    assert sp.loc["const", "n_seeds"] == 1 and np.isnan(sp.loc["const", "seed_mean"])
+    assert np.isnan(sp.loc["const", "diff_vs_reference"])
+    md = seed_pairs_markdown(df, "probe")
+    assert "| const | 1 | spearman (y_pred) | undefined | undefined |" in md
 
 
 def test_bad_inputs_are_one_line_errors(y):

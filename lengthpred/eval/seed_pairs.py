@@ -7,7 +7,8 @@ from several runs. The rows are those whose `split` matches one of the patterns 
 is T1's pooled test set), keyed by prompt id; every head must agree on `y_true`. For each metric, the
 difference of seed means against the reference head has a paired percentile bootstrap interval
 (`lengthpred.metrics.paired_bootstrap_seeds`): one resample of prompts scores every seed of both heads.
-MAE scores each seed's median prediction where the file records it (`lengthpred.seeds.POINT_COLUMNS`).
+MAE scores each seed's median prediction where every file of the head records it, else every seed's `y_pred`
+(one kind per head; the table says which).
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from lengthpred.errors import DataError
 from lengthpred.metrics import METRICS, is_undefined, paired_bootstrap_seeds
 from lengthpred.seeds import POINT_COLUMNS, seed_column, seed_columns, spread
 
-COLUMNS = ["head", "n_seeds", "n", "metric", "seed_mean", "seed_sd", "diff_vs_reference", "ci_low", "ci_high",
+COLUMNS = ["head", "n_seeds", "n", "metric", "scored", "seed_mean", "seed_sd", "diff_vs_reference", "ci_low", "ci_high",
            "p_value"]
 
 
 def _rows(frame: pd.DataFrame, head: str, splits: Sequence[str]) -> pd.DataFrame:
     if "head" in frame.columns and frame["head"].nunique() > 1:
-        frame = frame[frame["head"] == head]
+        frame = frame[frame["head"] == head].dropna(axis=1, how="all")  # another head's seed columns
     keep = frame["split"].astype(str).map(lambda s: any(fnmatch.fnmatch(s, p) for p in splits))
     rows = frame[keep]
     if rows.empty:
@@ -39,20 +40,34 @@ def _rows(frame: pd.DataFrame, head: str, splits: Sequence[str]) -> pd.DataFrame
     return rows.set_index("id")
 
 
-def _seed_preds(rows: pd.DataFrame, point: str | None) -> list[pd.Series]:
-    """One Series per seed of this file: the seed columns of `point` (median/mean) where every row records
-    them, else the plain seed columns, else `y_pred`."""
-    plain = seed_columns(rows.columns) or ["y_pred"]
-    if point is not None:
-        own = [seed_column(i, point) for i in range(len(plain))] if plain != ["y_pred"] else [POINT_COLUMNS[point]]
-        if all(c in rows.columns and np.isfinite(rows[c].to_numpy(dtype=np.float64)).all() for c in own):
-            return [rows[c] for c in own]
-    return [rows[c] for c in plain]
+def _seed_columns(rows: pd.DataFrame) -> list[str]:
+    return seed_columns(rows.columns) or ["y_pred"]
+
+
+def _point_columns(rows: pd.DataFrame, point: str) -> list[str]:
+    n = len(seed_columns(rows.columns))
+    return [seed_column(i, point) for i in range(n)] if n else [POINT_COLUMNS[point]]
+
+
+def _has(rows: pd.DataFrame, cols: list[str]) -> bool:
+    return all(c in rows.columns and np.isfinite(rows[c].to_numpy(dtype=np.float64)).all() for c in cols)
+
+
+def _head_columns(rs: Sequence[pd.DataFrame], point: str | None) -> tuple[list[list[str]], str]:
+    """Per file, the columns that are this head's seeds for a metric rewarding `point`, and which prediction
+    they are: `point`'s (median/mean) when every file records it for every seed, else every file's plain
+    seed columns (`y_pred` where a file has none); one kind per head, never a mix."""
+    if point is not None and all(_has(r, _point_columns(r, point)) for r in rs):
+        return [_point_columns(r, point) for r in rs], point
+    return [_seed_columns(r) for r in rs], "y_pred"
+
+
+def _nan(v: object) -> float:
+    return float("nan") if is_undefined(v) else float(v)  # type: ignore[arg-type]
 
 
 def _value(metric: str, y: np.ndarray, p: np.ndarray) -> float:
-    v = METRICS.get(metric)(y, p)
-    return float("nan") if is_undefined(v) else float(v)
+    return _nan(METRICS.get(metric)(y, p))
 
 
 def compare_seed_means(heads: Mapping[str, Sequence[pd.DataFrame]], reference: str, splits: Sequence[str],
@@ -74,16 +89,19 @@ def compare_seed_means(heads: Mapping[str, Sequence[pd.DataFrame]], reference: s
     out = []
     for metric in metrics:
         point = METRICS.get(metric).rewards
-        preds = {h: [s.loc[ids].to_numpy(dtype=np.float64) for r in rs for s in _seed_preds(r, point)]
-                 for h, rs in rows.items()}
+        preds, scored = {}, {}
+        for h, rs in rows.items():
+            cols, scored[h] = _head_columns(rs, point)
+            preds[h] = [r.loc[ids, c].to_numpy(dtype=np.float64) for r, cs in zip(rs, cols, strict=True) for c in cs]
         for h, ps in preds.items():
             s = spread([_value(metric, y, p) for p in ps])
-            row = {"head": h, "n_seeds": len(ps), "n": len(ids), "metric": metric, "seed_mean": s.mean,
-                   "seed_sd": s.sd}
+            row = {"head": h, "n_seeds": len(ps), "n": len(ids), "metric": metric, "scored": scored[h],
+                   "seed_mean": s.mean, "seed_sd": s.sd}
             if h != reference:
                 d = paired_bootstrap_seeds(y, ps, preds[reference], metric, n_boot=n_boot, seed=seed,
                                            confidence=confidence)
-                row |= {"diff_vs_reference": d.diff, "ci_low": d.ci_low, "ci_high": d.ci_high, "p_value": d.p_value}
+                row |= {k: _nan(v) for k, v in (("diff_vs_reference", d.diff), ("ci_low", d.ci_low),
+                                                ("ci_high", d.ci_high), ("p_value", d.p_value))}
             out.append(row)
     return pd.DataFrame(out).reindex(columns=COLUMNS)
 
@@ -94,13 +112,14 @@ def _fmt(x: object, digits: int) -> str:
 
 def seed_pairs_markdown(df: pd.DataFrame, reference: str) -> str:
     """The comparison as a Markdown table, one row per head and metric."""
-    lines = [f"| head | seeds | metric | seed mean ± sd | difference vs {reference} [95% CI] | p (one-sided) |",
-             "|---|---:|---|---:|---:|---:|"]
+    lines = [f"| head | seeds | metric (prediction scored) | seed mean ± sd | difference vs {reference} [95% CI] | "
+             "p (one-sided) |", "|---|---:|---|---:|---:|---:|"]
     for r in df.itertuples():
         digits = 3 if r.metric == "spearman" else 1
         sd = f" ± {_fmt(r.seed_sd, digits)}" if np.isfinite(r.seed_sd) else ""
-        diff = (f"{_fmt(r.diff_vs_reference, digits)} [{_fmt(r.ci_low, digits)}, {_fmt(r.ci_high, digits)}]"
-                if r.head != reference else "(reference)")
-        lines.append(f"| {r.head} | {r.n_seeds} | {r.metric} | {_fmt(r.seed_mean, digits)}{sd} | {diff} | "
+        mean = _fmt(r.seed_mean, digits) or "undefined"
+        diff = ("(reference)" if r.head == reference else "undefined" if not np.isfinite(r.diff_vs_reference)
+                else f"{_fmt(r.diff_vs_reference, digits)} [{_fmt(r.ci_low, digits)}, {_fmt(r.ci_high, digits)}]")
+        lines.append(f"| {r.head} | {r.n_seeds} | {r.metric} ({r.scored}) | {mean}{sd} | {diff} | "
                      f"{_fmt(r.p_value, 3)} |")
     return "\n".join(lines) + "\n"
