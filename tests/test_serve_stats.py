@@ -197,8 +197,11 @@ def test_a_run_replayed_at_its_own_speed_leaves_only_the_queueing_models_error()
     res = run_grid(FakeEngine(PROF, clock), _pool(), s, lambda pol: ("none", NoPredictor()), clock=clock,
                    progress=lambda m: None)
     fast = replace(res.fit, profile=at_speed(res.fit.profile, 1 / 1.25))
+    assert res.fidelity_over_time.empty  # the speed over time is replayed only when asked (serve.speed_window_s)
+    s.speed_window_s = 5.0
     again = resimulate(res.requests, res.steps, res.runs, "fake", FakeEngine(PROF, clock).limits, fast, res.capacity, s)
     assert np.allclose(again.drift["drift"], 1.25) and again.drift["drifting"].all()
+    assert (again.fidelity_over_time.query("metric == 'ttft_mean'")["abs_err"] < 1e-6).all()
     off = again.fidelity.query("metric == 'jct_mean'")["abs_err"]
     at = again.fidelity_at_speed.query("metric == 'jct_mean'")["abs_err"]
     assert len(at) == 4 and (off > 0.1).all() and (at < 1e-6).all()
@@ -233,6 +236,35 @@ def test_decode_and_prefill_speeds_apart_recover_a_calibration_off_by_two_factor
     two = again.fidelity_regimes.query("metric == 'ttft_mean'")["abs_err"]
     assert len(two) == 4 and (two < 1e-6).all() and (one > 1e-3).all()
     assert np.isnan(regime_speeds(res.steps.iloc[:0], PROF)).all()
+
+
+def test_a_run_whose_machine_slowed_midway_is_replayed_exactly_at_its_speed_over_time():
+    """The fake engine's steps run 40% slower from t = 4 s on (the machine's speed wandering within a run, as the
+    committed cap-16 runs' did by 5-8% between 10 s windows): the run's one drift misses its TTFT, since a queued
+    request waits for a slot that a slower batch frees later; its speed read in 2 s windows (`speed_windows`)
+    replays every first token and finish exactly, so the queueing model itself is right."""
+    from lengthpred.serve.fidelity import simulate_run, speed_windows
+
+    class Wandering(VirtualClock):
+        def advance(self, dt: float) -> None:
+            super().advance(dt * (1.0 if self.now() < 4.0 else 1.4))
+
+    clock = Wandering()
+    reqs = [ServeRequest(f"r{i}", f"p{i}", [1] * (20 + 7 * i % 60), 30 + 17 * i % 90, 0.12 * i, 0.0) for i in range(60)]
+    run = replay(reqs, FakeEngine(PROF, clock), get_policy("fcfs"), NoPredictor(), clock)
+    assert run.steps["n_waiting"].max() > 0 and run.steps["t_start"].max() > 8.0  # queued, and long after the change
+    win = speed_windows(run.steps, PROF, 2.0, skip=0)
+    assert [f for _, _, f in win] == pytest.approx([1.0, 1.0] + [1.4] * (len(win) - 2))
+    assert win[-1][1] == math.inf
+    over_time = simulate_run(run.requests, get_policy("fcfs"), PROF, slowdown=win)
+    np.testing.assert_allclose(over_time["first_token"], run.requests["first_token"], atol=1e-9)
+    np.testing.assert_allclose(over_time["finish"], run.requests["finish"], atol=1e-9)
+    one = simulate_run(run.requests, get_policy("fcfs"), at_speed(PROF, step_drift(run.steps, PROF, 0)))
+    ttft = (run.requests["first_token"] - run.requests["arrival"]).mean()
+    assert abs((one["first_token"] - run.requests["arrival"]).mean() / ttft - 1) > 0.05
+    assert speed_windows(run.steps.iloc[:0], PROF, 2.0) == []
+    with pytest.raises(ValueError, match="positive"):
+        speed_windows(run.steps, PROF, 0.0)
 
 
 def test_the_named_vllm_profile_is_the_committed_calibration():

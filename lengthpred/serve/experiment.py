@@ -41,6 +41,7 @@ from lengthpred.serve.fidelity import (
     regime_speeds,
     sim_metrics,
     simulate_run,
+    speed_windows,
     step_residuals,
 )
 from lengthpred.serve.metrics import SLO, blank_latencies, overloaded, real_run_metrics
@@ -75,6 +76,7 @@ class ServeSettings:
     aging_weight: float = AGING_WEIGHT  # the aging policies' weight (tokens² per second)
     natural_cap: int | None = None  # natural answers (serve.answers=natural): every request's max_tokens
     sim: dict[str, Any] = field(default_factory=dict)
+    speed_window_s: float | None = None  # > 0: also replay each run at its own speed in windows of this many s
 
     # keys of the `serve` group the stage reads itself (the engine, the predictor, where prompts and arrivals
     # come from, the plots) or hands over in another shape (`from_mapping`'s `values`): no field of these settings
@@ -111,6 +113,7 @@ class GridResult:
     fidelity_at_speed: pd.DataFrame = field(default_factory=pd.DataFrame)  # each run on the profile at its own speed
     fidelity_tracking: pd.DataFrame = field(default_factory=pd.DataFrame)  # ... at the previous run's speed
     fidelity_regimes: pd.DataFrame = field(default_factory=pd.DataFrame)  # ... at its own decode and prefill speeds
+    fidelity_over_time: pd.DataFrame = field(default_factory=pd.DataFrame)  # ... at its own speed over time
 
 
 def calibrate(engine: Engine, pool: PromptPool, s: ServeSettings, clock: Any
@@ -278,27 +281,37 @@ def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit
     return GridResult(runs, requests, steps, fid, fid_all, resid, fit, fit_all, cap, cal,
                       [r.overload for r in done if r.overload], fid_plain, chk, drift,
                       _at_speeds(done, drift, s, fit), _at_speeds(done, drift, s, fit, lag=1),
-                      _at_speeds(done, drift, s, fit, regimes=True))
+                      _at_speeds(done, drift, s, fit, regimes=True),
+                      _at_speeds(done, drift, s, fit, window=s.speed_window_s) if s.speed_window_s else pd.DataFrame())
 
 
 def _at_speeds(done: list[_Run], drift: pd.DataFrame, s: ServeSettings, fit: ProfileFit, lag: int = 0,
-               regimes: bool = False) -> pd.DataFrame:
+               regimes: bool = False, window: float | None = None) -> pd.DataFrame:
     """Fidelity with each run replayed on the profile scaled by a measured drift (`at_speed`; a live predictor's
     contention factor as in the main replay). `lag` 0: the run's own drift, so what is left is the queueing
     model's error; 1: the drift of the run before it (`done` is in the order the runs ran; the first run keeps
     the calibration), a calibration that tracks the machine between runs, out of sample. `regimes`: the run's own
-    decode drift and prefill factor apart (`regime_speeds`: two numbers per run, in sample)."""
+    decode drift and prefill factor apart (`regime_speeds`: two numbers per run, in sample). `window` (s): the
+    run's own speed over time instead (`speed_windows`: one number per window, in sample; a diagnostic that
+    separates the queueing model from the machine's speed, not a calibration)."""
     rows = []
     drifts = drift["drift"].to_numpy(float) if len(drift) else np.full(len(done), math.nan)
     for i, r in enumerate(done):
         d = drifts[i - lag] if i >= lag else 1.0
         if r.overload or not (math.isfinite(d) and d > 0):
             continue
-        speeds = regime_speeds(r.log.steps, fit.profile, s.fit_skip) if regimes else (d, None)
-        if not math.isfinite(speeds[0]):
-            continue
-        simr = simulate_run(r.log.requests, by_sim_policy(r.key["policy"], s.aging_weight), at_speed(fit.profile, *speeds),
-                            s.sim, float(r.sim.get("contention", 1.0)))
+        pol = by_sim_policy(r.key["policy"], s.aging_weight)
+        if window:
+            slow = speed_windows(r.log.steps, fit.profile, window, s.fit_skip)
+            if not slow:
+                continue
+            simr = simulate_run(r.log.requests, pol, fit.profile, s.sim, slowdown=slow)
+        else:
+            speeds = regime_speeds(r.log.steps, fit.profile, s.fit_skip) if regimes else (d, None)
+            if not math.isfinite(speeds[0]):
+                continue
+            simr = simulate_run(r.log.requests, pol, at_speed(fit.profile, *speeds), s.sim,
+                                float(r.sim.get("contention", 1.0)))
         rows += [{**r.key, **e, "drift": drifts[i], "drifting": bool(drift.iloc[i]["drifting"])}
                  for e in errors(r.real, sim_metrics(simr, s.slo))]
     return pd.DataFrame(rows)

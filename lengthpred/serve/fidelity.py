@@ -16,6 +16,11 @@ exceeds a stated bound, since queueing turns a few percent of step time into a l
 `at_speed` is the profile at a run's own measured speed (every time coefficient times its drift): replayed on
 it, a run's error is the queueing model's alone, with the machine's speed during the run taken as known (one
 number per run, read from its steps), which no calibration made before the run can know.
+`speed_windows` is the run's own speed over time (measured / modelled step time in windows of a few seconds,
+as `slowdown` intervals): a diagnostic, in sample by one number per window. A run's mean TTFT at load is mostly
+the wait for a slot, the gap between an arrival and the finish of a request admitted tens of seconds before, so
+1% of step time moves it by 6-10% (JCT: 2%); one drift per run cannot hold TTFT to 5% while the machine's
+speed wanders by 5-8% between 10 s windows (`docs/serve_cap16_120.md`'s runs).
 """
 
 from __future__ import annotations
@@ -122,11 +127,35 @@ def regime_speeds(steps: pd.DataFrame, profile: HardwareProfile, skip: int = 2) 
     return drift, factor if factor > 0 else drift
 
 
+def speed_windows(steps: pd.DataFrame, profile: HardwareProfile, window_s: float, skip: int = 2
+                  ) -> list[tuple[float, float, float]]:
+    """A run's own speed over time, as the simulator's `slowdown` intervals on `profile`: measured / modelled
+    time of its steps (after `skip` warm-up steps; steps that scheduled nothing left out) in consecutive windows
+    of `window_s` seconds of the run's clock, by step start. Steps that overlapped a live prediction count: their
+    slowdown is the machine's speed then, so no contention model goes on top. A window without a step to read
+    runs at the run's whole ratio; the last one lasts to the end of the replay. Empty when no step qualifies."""
+    if not (math.isfinite(window_s) and window_s > 0):
+        raise ValueError(f"a speed window must be a positive number of seconds, got {window_s}")
+    d, m = step_durations(steps), model_step_times(steps, profile)
+    keep = (np.arange(len(steps)) >= skip) & (steps["batch"].to_numpy() > 0) & np.isfinite(d) & (d > 0) & (m > 0)
+    if not keep.any():
+        return []
+    w = np.maximum(np.floor(steps["t_start"].to_numpy(float)[keep] / window_s), 0).astype(np.int64)
+    dsum, msum = np.bincount(w, weights=d[keep]), np.bincount(w, weights=m[keep])
+    whole = float(d[keep].sum() / m[keep].sum())
+    out = [(i * window_s, (i + 1) * window_s, float(dsum[i] / msum[i]) if msum[i] > 0 else whole)
+           for i in range(len(dsum))]
+    out[-1] = (out[-1][0], math.inf, out[-1][2])
+    return out
+
+
 def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareProfile,
-                 sim: dict[str, Any] | None = None, contention: float = 1.0) -> pd.DataFrame:
+                 sim: dict[str, Any] | None = None, contention: float = 1.0,
+                 slowdown: Sequence[tuple[float, float, float]] | None = None) -> pd.DataFrame:
     """The run's requests with simulated `first_token` and `finish` (NaN for requests the engine rejected
     or never admitted). `contention`: the factor by which steps slow while a live prediction runs
-    (`contention_factor`), applied over the run's own prediction intervals."""
+    (`contention_factor`), applied over the run's own prediction intervals. `slowdown`: the simulator's
+    intervals instead (`speed_windows`; `contention` is then not applied)."""
     r = requests.reset_index(drop=True)
     ok = (r["status"] != "rejected").to_numpy() & np.isfinite(r["added"].to_numpy(float))
     out = r.assign(first_token=math.nan, finish=math.nan)
@@ -146,7 +175,8 @@ def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareP
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # overload is judged on the real run (lengthpred.serve.metrics)
         res = simulate(wl, profile, pol, pred, **{"max_preemptions": None, "horizon": math.inf, **(sim or {})},
-                       slowdown=[] if staged else busy_intervals(r, contention), prefill_first=staged)
+                       slowdown=list(slowdown) if slowdown is not None else [] if staged else busy_intervals(r, contention),
+                       prefill_first=staged)
     ft, fin = np.full(len(r), math.nan), np.full(len(r), math.nan)
     ft[idx], fin[idx] = res.first_token, res.finish
     return out.assign(first_token=ft, finish=fin, output_tokens=np.where(np.isfinite(fin), out["target_tokens"], 0))

@@ -391,7 +391,8 @@ def serve_into(cfg: DictConfig, out: str | Path, tracker: Any) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     if sc.get("resimulate"):
         res, settings, name, limits = resimulated(Path(sc.resimulate), slo=slo_from_cfg(sc), checks=checks_from_cfg(sc),
-                                                  datasets_root=cfg.paths.datasets_root)
+                                                  datasets_root=cfg.paths.datasets_root,
+                                                  speed_window_s=sc.get("speed_window_s"))
         print(f"serve: the runs stored in {sc.resimulate} replayed by the simulator (no engine)", flush=True)
         return write_serve(cfg, res, settings, name, limits, out, tracker, stored=OmegaConf.create(
             json.loads((Path(sc.resimulate) / "serve.json").read_text())["config"]))
@@ -416,12 +417,14 @@ RUN_FILES = ("serve.json", "profile.json", "serve_runs.csv", "serve_requests.par
 
 
 def resimulated(run_dir: Path, slo: SLO | None = None, checks: dict[str, Any] | None = None,
-                datasets_root: str | Path | None = None) -> tuple[GridResult, ServeSettings, str, EngineLimits]:
+                datasets_root: str | Path | None = None, speed_window_s: float | None = None
+                ) -> tuple[GridResult, ServeSettings, str, EngineLimits]:
     """A stored serve run (`run_serve`'s folder) replayed by the current simulator on its own calibration
     profile, with its own settings (`lengthpred.serve.experiment.resimulate`); `slo`: goodput and the short
     answers' threshold at this SLO instead of the stored one; `checks`: the calibration check's bounds and
     the drift bound instead of the stored ones (`checks_from_cfg`); `datasets_root`: where a run with trace
-    arrivals finds its trace (default: the checkout's datasets)."""
+    arrivals finds its trace (default: the checkout's datasets); `speed_window_s`: also replay every run at its
+    own speed over windows of this many seconds (`ServeSettings.speed_window_s`; None keeps the stored setting)."""
     missing = [f for f in RUN_FILES if not (run_dir / f).is_file()]
     if missing:
         raise DataError(f"serve.resimulate={run_dir}: not a serve run folder (missing {', '.join(missing)})")
@@ -437,6 +440,8 @@ def resimulated(run_dir: Path, slo: SLO | None = None, checks: dict[str, Any] | 
         settings.slo = slo
     for k, v in (checks or {}).items():
         setattr(settings, k, v)
+    if speed_window_s is not None:
+        settings.speed_window_s = float(speed_window_s)
     limits = EngineLimits(**meta["limits"])
     cal_path = run_dir / "calibration_steps.parquet"
     cal = RunLog(pd.DataFrame(), pd.read_parquet(cal_path), {}, False, 0.0) if cal_path.is_file() else None
@@ -504,6 +509,9 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     fsum_track.to_csv(out / "fidelity_previous_run_speed_summary.csv", index=False)
     fsum_regimes = fidelity_summary(res.fidelity_regimes)
     fsum_regimes.to_csv(out / "fidelity_at_run_regime_speeds_summary.csv", index=False)
+    fsum_time = fidelity_summary(res.fidelity_over_time)
+    if len(fsum_time):
+        fsum_time.to_csv(out / "fidelity_at_run_speed_over_time_summary.csv", index=False)
     if res.calibration is not None:
         res.calibration.steps.to_parquet(out / "calibration_steps.parquet", index=False)
     res.residuals.to_csv(out / "step_residuals.csv", index=False)
@@ -563,6 +571,11 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
               f"but the per-token prefill time, which gets the factor that makes the run's prefill steps match: two "
               f"numbers per run, in sample; a TTFT miss left here is not the prefills' speed)\n\n"
               f"{report.fidelity_table(fsum_regimes)}")
+    if len(fsum_time):
+        print(f"\n**At each run's own speed over time** (`serve.speed_window_s` = {settings.speed_window_s:g} s: the "
+              f"profile times the run's measured / modelled step time in each window, in sample by one number per "
+              f"window; a miss left here is the queueing model's, one gone here was the machine's speed within the "
+              f"run)\n\n{report.fidelity_table(fsum_time)}")
     if len(fsum_track):
         print(f"\n**At the previous run's speed** (a calibration that tracks the machine between runs, out of "
               f"sample: each run on the profile times the drift of the run before it)\n\n"
