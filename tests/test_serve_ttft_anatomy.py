@@ -32,6 +32,7 @@ def _stored(tmp_path: Path, machine: HardwareProfile) -> Path:
                    clock=clock, progress=lambda m: None)
     res.requests.to_parquet(tmp_path / "serve_requests.parquet")
     res.steps.to_parquet(tmp_path / "serve_steps.parquet")
+    res.runs.to_csv(tmp_path / "serve_runs.csv", index=False)
     (tmp_path / "profile.json").write_text(json.dumps({"profile": PROF.to_dict()}))
     (tmp_path / "serve.json").write_text(json.dumps({"config": config}))
     return tmp_path

@@ -17,15 +17,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lengthpred.errors import DataError
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.serve.experiment import KEYS, ServeSettings
 from lengthpred.serve.fidelity import at_speed, simulate_run, speed_windows, step_drift
 from lengthpred.serve.priority import ServePolicy, by_sim_policy
 from lengthpred.serve.profile_fit import model_step_times, profile_from_dict
 from lengthpred.serve.replay import STEP_COLUMNS
-
-RUN_FILES = ("serve.json", "profile.json", "serve_requests.parquet", "serve_steps.parquet")
+from lengthpred.serve.run_folder import require_run_folder
 
 
 @dataclass
@@ -48,9 +46,7 @@ class StoredServe:
 
 def load_stored(run_dir: Path) -> StoredServe:
     """A serve run folder (`scripts/serve.py`'s output); DataError when it is not one."""
-    missing = [f for f in RUN_FILES if not (run_dir / f).is_file()]
-    if missing:
-        raise DataError(f"{run_dir}: not a serve run folder (missing {', '.join(missing)})")
+    require_run_folder(run_dir)
     config = json.loads((run_dir / "serve.json").read_text())["config"]
     settings = ServeSettings.from_mapping({k: v for k, v in config.items() if k != "out_dir"})
     return StoredServe(pd.read_parquet(run_dir / "serve_requests.parquet"),

@@ -60,6 +60,7 @@ from lengthpred.serve.predictor import (
 from lengthpred.serve.priority import DIST_POLICIES, POLICIES
 from lengthpred.serve.profile_fit import ProfileFit, profile_from_dict, with_limits
 from lengthpred.serve.replay import RunLog
+from lengthpred.serve.run_folder import require_run_folder
 from lengthpred.serve.vllm_engine import VLLMEngine
 from lengthpred.serve.workload import PromptPool, build_pool
 from lengthpred.stages.targets import load_targets
@@ -413,7 +414,6 @@ def serve_into(cfg: DictConfig, out: str | Path, tracker: Any) -> Path:
     return write_serve(cfg, res, settings, engine.name, engine.limits, out, tracker, stored=sc)
 
 
-RUN_FILES = ("serve.json", "profile.json", "serve_runs.csv", "serve_requests.parquet", "serve_steps.parquet")
 
 
 def resimulated(run_dir: Path, slo: SLO | None = None, checks: dict[str, Any] | None = None,
@@ -425,9 +425,7 @@ def resimulated(run_dir: Path, slo: SLO | None = None, checks: dict[str, Any] | 
     the drift bound instead of the stored ones (`checks_from_cfg`); `datasets_root`: where a run with trace
     arrivals finds its trace (default: the checkout's datasets); `speed_window_s`: also replay every run at its
     own speed over windows of this many seconds (`ServeSettings.speed_window_s`; None keeps the stored setting)."""
-    missing = [f for f in RUN_FILES if not (run_dir / f).is_file()]
-    if missing:
-        raise DataError(f"serve.resimulate={run_dir}: not a serve run folder (missing {', '.join(missing)})")
+    require_run_folder(run_dir, "serve.resimulate=")
     meta = json.loads((run_dir / "serve.json").read_text())
     runs = pd.read_csv(run_dir / "serve_runs.csv")
     data = str(runs["data"].iloc[0]) if len(runs) else "unknown"
