@@ -10,7 +10,7 @@ import pytest
 
 from lengthpred.errors import DataError
 from lengthpred.eval.report import evaluate_run
-from lengthpred.eval.selection import read_fits, resolve_paired_heads, selection_table
+from lengthpred.eval.selection import candidates_table, read_fits, resolve_paired_heads, selection_table
 from lengthpred.stages.provenance import provenance_of
 
 SEARCH = {
@@ -94,3 +94,21 @@ def test_selection_table_shows_budget_space_choice_and_spread(tmp_path):
     )
     assert "2.0 s (1.00 s / candidate)" in md
     assert selection_table({}) is None
+
+
+def test_candidates_table_lists_every_setting_with_its_seed_mean_and_how_many_seeds_chose_it(tmp_path):
+    a, b = {"alpha": 0.1}, {"alpha": 10.0}
+    cands = [  # seed 0 prefers b, seed 1 prefers a; b has the better mean
+        {"random_state": 0, "params": a, "val_spearman": 0.50, "fit_seconds": 1.0},
+        {"random_state": 0, "params": b, "val_spearman": 0.70, "fit_seconds": 3.0},
+        {"random_state": 1, "params": a, "val_spearman": 0.62, "fit_seconds": 1.0},
+        {"random_state": 1, "params": b, "val_spearman": 0.60, "fit_seconds": 1.0},
+    ]
+    write(tmp_path, "probe", fit("probe", val=0.7, test=0.7, candidates=cands))
+    write(tmp_path, "constant", {"head": "constant", "n_train": 60, "search": None, "candidates": []})
+    md = candidates_table(read_fits(tmp_path)).to_markdown()
+    rows = [r for r in md.splitlines() if r.startswith("| probe")]
+    assert rows == ["| probe | alpha=10 | 0.650 | 0.600 – 0.700 | 2 | 2.00 s | 1 of 2 |",
+                    "| probe | alpha=0.1 | 0.560 | 0.500 – 0.620 | 2 | 1.00 s | 1 of 2 |"]
+    assert "constant" not in md
+    assert candidates_table({"constant": {"candidates": []}}) is None

@@ -34,7 +34,7 @@ from lengthpred.eval.results import (
     score_predictions,
     shift_rows,
 )
-from lengthpred.eval.selection import read_fits, resolve_paired_heads, selection_table
+from lengthpred.eval.selection import candidates_table, read_fits, resolve_paired_heads, selection_table
 from lengthpred.eval.tables import ONLINE_HEADS, build_tables
 from lengthpred.metrics import METRICS, is_undefined, paired_bootstrap
 from lengthpred.names import POOLED_DOMAIN, SplitName
@@ -291,9 +291,10 @@ def make_tables(
         online_targets=online_targets,
     )
     if predictions_root is not None:
-        sel = selection_table(read_fits(predictions_root))
-        if sel is not None:
-            tables[sel.key] = sel
+        fits = read_fits(predictions_root)
+        for sel in (selection_table(fits), candidates_table(fits)):
+            if sel is not None:
+                tables[sel.key] = sel
     out = TableOutputs(tables, {k: t.write(out_dir) for k, t in tables.items()})
     if not plot:
         return out

@@ -2,6 +2,7 @@
 
 - `read_fits`: the newest in-domain pooled fit per head (the train stage writes one metrics.json per head);
 - `selection_table`: head | budget | search space | chosen | best val Spearman | val spread | fit time;
+- `candidates_table`: every candidate of every searched head with its val Spearman (seed mean) and fit time;
 - `resolve_paired_heads`: `eval.paired.heads: [auto]` → the head best on validation (seed mean when
   several seeds were fitted), so the reference of the paired comparisons is chosen before test is read.
 """
@@ -151,3 +152,52 @@ def selection_table(fits: dict[str, dict[str, Any]], key: str = "selection") -> 
     return Table(
         key, "Hyperparameter selection on validation (one protocol for every head)", cols, rows, notes
     )
+
+
+def candidates_table(fits: dict[str, dict[str, Any]], key: str = "candidates") -> Table | None:
+    """Every candidate every searched head tried: one row per head × hyperparameter setting, its validation
+    Spearman (mean over the seeds that tried it, with their range), fit time, and how many seeds chose it (the
+    best of that seed's candidates on val). None when no head searched."""
+    rows = []
+    for head in sorted(fits):
+        by_seed: dict[Any, list[dict[str, Any]]] = {}
+        for c in fits[head].get("candidates") or []:
+            by_seed.setdefault(c.get("random_state"), []).append(c)
+        if not by_seed:
+            continue
+        chosen: dict[str, int] = {}
+        for recs in by_seed.values():
+            scored = [c for c in recs if c.get("val_spearman") is not None]
+            if scored:
+                best = _chosen_text(max(scored, key=lambda c: c["val_spearman"])["params"])
+                chosen[best] = chosen.get(best, 0) + 1
+        settings: dict[str, list[dict[str, Any]]] = {}
+        for recs in by_seed.values():
+            for c in recs:
+                settings.setdefault(_chosen_text(c.get("params") or {}), []).append(c)
+        ranked = sorted(settings.items(), key=lambda kv: -np.mean([_val(c) for c in kv[1]]))
+        for text, recs in ranked:
+            vals = [c["val_spearman"] for c in recs if c.get("val_spearman") is not None]
+            secs = [c["fit_seconds"] for c in recs if c.get("fit_seconds") is not None]
+            rows.append([
+                head,
+                text,
+                Cell(float(np.mean(vals)) if vals else None, kind="corr"),
+                f"{min(vals):.3f} – {max(vals):.3f}" if len(vals) > 1 else "—",
+                str(len(recs)),
+                f"{np.mean(secs):.2f} s" if secs else "—",
+                f"{chosen[text]} of {len(by_seed)}" if text in chosen else "",
+            ])
+    if not rows:
+        return None
+    cols = [Column("head"), Column("candidate"), Column("val Spearman (seed mean)", "up", "corr"),
+            Column("range over seeds"), Column("seeds"), Column("fit time (mean)"), Column("chosen by")]
+    notes = ["Every candidate of every searched head, best first within a head; scored on val only (never test). "
+             "'chosen by': how many of the head's seeds picked it as their best on val; a proxy's candidates "
+             "are scored on its search subsample, its chosen one refitted on all train prompts."]
+    return Table(key, "Every candidate of the search on validation", cols, rows, notes)
+
+
+def _val(c: dict[str, Any]) -> float:
+    v = c.get("val_spearman")
+    return -np.inf if v is None else float(v)

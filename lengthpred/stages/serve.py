@@ -311,8 +311,9 @@ def predictor_factory(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: d
 
 def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, targets: pd.DataFrame,
                  tokenizer: Any) -> tuple[CachedFeaturizer, Any]:
-    """The embedded model's prefill featurizer and an RLS readout warm-started (ridge, alpha by RidgeCV as
-    the linear head chooses it) on the `fit_split` prompts' features and targets."""
+    """The embedded model's prefill featurizer and an RLS readout warm-started (ridge, alpha by RidgeCV's
+    leave-one-out over `serve.predictor.alphas`, not the linear head's validation choice) on the `fit_split`
+    prompts' features and targets."""
     pc = cfg.serve.predictor
     spec = instantiate(cfg.model)
     model, _ = load_causal_lm(spec)
