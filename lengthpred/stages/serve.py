@@ -415,8 +415,6 @@ def serve_into(cfg: DictConfig, out: str | Path, tracker: Any) -> Path:
     return write_serve(cfg, res, settings, engine.name, engine.limits, out, tracker, stored=sc)
 
 
-
-
 def resimulated(run_dir: Path, slo: SLO | None = None, checks: dict[str, Any] | None = None,
                 datasets_root: str | Path | None = None, speed_window_s: float | None = None
                 ) -> tuple[GridResult, ServeSettings, str, EngineLimits]:
