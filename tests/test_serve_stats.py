@@ -136,6 +136,7 @@ def test_a_quiet_calibration_passes_and_a_busy_one_is_flagged_in_one_line():
     chk = check_calibration(busy, FakeEngine(PROF, VirtualClock()).limits, skip=0)
     assert not chk.ok and "\n" not in chk.reason and "looks busy" in chk.reason
     assert "R² 0.18 < 0.6" in chk.reason and "of steps over 1.5x their modelled time" in chk.reason
+    assert f"spread {100 * chk.spread:.1f}%" in chk.reason and "no re-measure" in chk.reason  # every number
     # one stalled step (5 s) drags the NNLS fit, not the robust one
     stall = quiet.copy()
     stall.loc[len(stall) // 2:, ["t_start", "t_end"]] += 5.0

@@ -12,8 +12,9 @@ things against `CheckBounds`:
 - re-measure: a second, short burst timed right after (`recheck`); its steps' measured / modelled time
   (`lengthpred.serve.fidelity.step_drift`) must lie within `max_shift` of 1: a machine whose speed changes
   between two bursts a few seconds apart will not hold it through the runs either.
-A burst that fails any of them gets `ok = False` and one line saying which and by how much; the caller
-warns with that line or refuses (`on_fail`).
+A burst that fails any of them gets `ok = False` and one line saying which and by how much, followed by every
+check's number (a spread over its bound beside a re-measure that held reads differently from one beside 30% slow
+steps); the caller warns with that line or refuses (`on_fail`).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def check_calibration(steps: pd.DataFrame, limits: EngineLimits, bounds: CheckBo
         why.append(f"a re-measure ran {100 * shift:+.1f}% off the fit (> ±{100 * bounds.max_shift:g}%)")
     base = (f"R² {fit.r2:.2f} (robust {rob.r2:.2f}), spread {100 * spread:.1f}%, {100 * slow:.1f}% slow steps"
             + (f", re-measure {100 * shift:+.1f}%" if math.isfinite(shift) else ", no re-measure"))
-    reason = (f"calibration burst looks busy (another process on the cores?): {'; '.join(why)}" if why
+    reason = (f"calibration burst looks busy (another process on the cores?): {'; '.join(why)} ({base})" if why
               else f"calibration burst passes: {base}")
     return CalibrationCheck(not why, reason, fit.r2, rob.r2, spread, slow, shift, fit, rob)
 
