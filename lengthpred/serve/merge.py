@@ -4,6 +4,8 @@ with, when both replayed the same requests and arrivals on the same calibration 
 Runs pair when they share the profile (so the capacity, hence every arrival time, is the same), the prompt pool
 and the request draw (the serve config's data, split, n_requests, arrival process and answers mode). A merged
 folder holds every run once; `scripts/serve.py serve.resimulate=<it>` then tables them all, paired by repeat.
+With `replace=True` a run stored again in a later folder (a repeat rerun because something disturbed it) takes
+the earlier one's place, and serve.json lists what was replaced by what.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ def _meta(d: Path) -> dict:
     return json.loads(f.read_text())
 
 
-def merge_runs(folders: Sequence[Path], out: Path) -> Path:
+def merge_runs(folders: Sequence[Path], out: Path, replace: bool = False) -> Path:
     """Write the runs of `folders` (serve run folders, the first one's calibration kept) into `out`; refuse in
-    one line runs that do not pair (another profile, pool or draw) or a run stored twice."""
+    one line runs that do not pair (another profile, pool or draw) or, unless `replace`, a run stored twice
+    (with `replace`, the last folder's copy of such a run is kept)."""
     if len(folders) < 2:
         raise DataError("serve merge: give at least two serve run folders")
     if out.exists():
@@ -63,15 +66,28 @@ def merge_runs(folders: Sequence[Path], out: Path) -> Path:
         if set(r["data"]) != set(parts[0]["data"]):
             raise DataError(f"serve merge: {d} served data {sorted(set(r['data']))}, {folders[0]} "
                             f"{sorted(set(parts[0]['data']))}: not the same requests")
-    seen: set[tuple] = set()
-    for d, r in zip(folders, parts, strict=True):
-        keys = set(map(tuple, r[KEYS].drop_duplicates().itertuples(index=False, name=None)))
-        if keys & seen:
-            raise DataError(f"serve merge: run {sorted(keys & seen)[0]} of {d} is stored in more than one folder")
-        seen |= keys
-    runs = pd.concat(parts, ignore_index=True)
-    reqs = pd.concat([pd.read_parquet(Path(d) / "serve_requests.parquet") for d in folders], ignore_index=True)
-    steps = pd.concat([pd.read_parquet(Path(d) / "serve_steps.parquet") for d in folders], ignore_index=True)
+    keys = [set(map(tuple, r[KEYS].drop_duplicates().itertuples(index=False, name=None))) for r in parts]
+    owner: dict[tuple, int] = {}  # run → the folder whose copy is kept
+    replaced = []
+    for i, (d, ks) in enumerate(zip(folders, keys, strict=True)):
+        for k in sorted(ks & owner.keys()):
+            if not replace:
+                raise DataError(f"serve merge: run {k} of {d} is stored in more than one folder "
+                                "(--replace keeps the last folder's copy)")
+            run = {c: v.item() if hasattr(v, "item") else v for c, v in zip(KEYS, k, strict=True)}
+            replaced.append({"run": run, "dropped_from": str(folders[owner[k]]), "kept_from": str(d)})
+        owner.update(dict.fromkeys(ks, i))
+    tables = {}
+    for name, read in (("runs", lambda d: pd.read_csv(d / "serve_runs.csv")),
+                       ("reqs", lambda d: pd.read_parquet(d / "serve_requests.parquet")),
+                       ("steps", lambda d: pd.read_parquet(d / "serve_steps.parquet"))):
+        kept = []
+        for i, d in enumerate(folders):
+            t = read(Path(d))
+            mine = [owner.get(k, i) == i for k in map(tuple, t[KEYS].itertuples(index=False, name=None))]
+            kept.append(t[mine])
+        tables[name] = pd.concat(kept, ignore_index=True)
+    runs, reqs, steps = tables["runs"], tables["reqs"], tables["steps"]
     out.mkdir(parents=True)
     runs.to_csv(out / "serve_runs.csv", index=False)
     reqs.to_parquet(out / "serve_requests.parquet", index=False)
@@ -85,7 +101,7 @@ def merge_runs(folders: Sequence[Path], out: Path) -> Path:
     # the predictor of the runs that had one (a folder of FCFS runs says none)
     cfg["predictor"] = next((m["config"]["predictor"] for m in metas
                              if (m["config"].get("predictor") or {}).get("kind", "none") != "none"), cfg.get("predictor"))
-    meta = {**first, "config": cfg, "merged_from": [str(d) for d in folders],
+    meta = {**first, "config": cfg, "merged_from": [str(d) for d in folders], "replaced": replaced,
             "overload": [o for m in metas for o in m.get("overload", [])]}
     (out / "serve.json").write_text(json.dumps(meta, indent=1, default=str))
     return out
