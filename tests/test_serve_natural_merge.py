@@ -138,6 +138,23 @@ def test_merging_runs_that_pair_and_refusing_those_that_do_not(tmp_path):
     assert not (tmp_path / "m2").exists() and not (tmp_path / "m4").exists()  # nothing half-written
 
 
+def test_a_rerun_repeat_replaces_the_stored_one_only_when_asked(tmp_path):
+    prof = {"t_base": 0.01}
+    a = _stored(tmp_path / "a", "fcfs", prof, seeds=(0, 1, 2))
+    again = _stored(tmp_path / "s1", "fcfs", prof, seeds=(1,))
+    runs = pd.read_csv(again / "serve_runs.csv").assign(value=99.0)
+    runs.to_csv(again / "serve_runs.csv", index=False)
+    with pytest.raises(DataError, match="--replace"):
+        merge_runs([a, again], tmp_path / "m")
+    out = merge_runs([a, again], tmp_path / "m", replace=True)
+    got = pd.read_csv(out / "serve_runs.csv").set_index("seed")["value"]
+    assert got.to_dict() == {0: 1.0, 2: 3.0, 1: 99.0}  # seed 1 once, the rerun's copy
+    assert len(pd.read_parquet(out / "serve_requests.parquet")) == 6 and len(pd.read_parquet(out / "serve_steps.parquet")) == 3
+    meta = json.loads((out / "serve.json").read_text())
+    assert meta["replaced"] == [{"run": {"policy": "fcfs", "predictor": "none", "load": 0.9, "seed": 1},
+                                 "dropped_from": str(a), "kept_from": str(again)}]
+
+
 def test_a_yielded_decode_counts_its_stall_as_one_inter_token_gap():
     from lengthpred.serve.metrics import itl_metrics
 
@@ -195,3 +212,43 @@ def test_the_committed_ten_repeats_against_prefill_first_fcfs_give_the_readmes_h
     assert g.loc["per_token_latency_mean", "p_value"] <= 0.05 and g.loc["per_token_latency_mean", "ci_low"] > 0
     assert g.loc["ttft_mean", "ci_low"] < 0 < g.loc["ttft_mean", "ci_high"]  # the predictions add no TTFT
     assert g.loc["jct_p99", "gain"] < -0.5
+
+
+def test_the_committed_bench_pool_repeats_give_the_readmes_headline():
+    """README "Serving": the bench pool's ten repeats (seed 1 rerun in place of the run a test overlapped)."""
+    from lengthpred.paths import REPO_ROOT
+    from lengthpred.serve.metrics import SLO
+    from lengthpred.serve.paired import paired_gains
+
+    root = REPO_ROOT / "data" / "reference" / "smollm2-135m" / "serve_bench_pool10"
+    assert [r["run"]["seed"] for r in json.loads((root / "serve.json").read_text())["replaced"]] == [1, 1, 1]
+    runs = pd.read_csv(root / "serve_runs.csv")
+    g = paired_gains(runs[runs["hardware"] == "vllm"], pd.read_parquet(root / "serve_requests.parquet"), SLO(),
+                     loo=False).set_index(["policy", "metric"])
+    for policy, gain in (("sjf", 0.249), ("oracle-sjf", 0.309)):
+        row = g.loc[(policy, "per_token_latency_mean")]
+        assert int(row["n"]) == 10 and row["gain"] == pytest.approx(gain, abs=0.005)
+        assert row["ci_low"] > 0 and row["p_value"] <= 0.05
+    assert g.loc[("sjf", "ttft_mean"), "ci_low"] > 0.5
+    assert g.loc[("sjf", "jct_p99"), "gain"] < 0 < g.loc[("oracle-sjf", "jct_mean"), "ci_low"]
+
+
+def test_the_committed_bench_pool_runs_with_prefill_first_fcfs_split_the_gain_as_the_readme_says():
+    """README "Serving": on the bench pool the TTFT gain is the prefill-first order, the per-token gain the
+    predictions' (data/reference/.../serve_bench_pool10_pf, FCFS / fcfs-pf / SJF in the same runs)."""
+    from lengthpred.paths import REPO_ROOT
+    from lengthpred.serve.metrics import SLO
+    from lengthpred.serve.paired import paired_gains
+
+    root = REPO_ROOT / "data" / "reference" / "smollm2-135m" / "serve_bench_pool10_pf"
+    runs = pd.read_csv(root / "serve_runs.csv")
+    real, reqs = runs[runs["hardware"] == "vllm"], pd.read_parquet(root / "serve_requests.parquet")
+    over_fcfs = paired_gains(real, reqs, SLO(), loo=False).set_index(["policy", "metric"])["gain"]
+    g = paired_gains(real, reqs, SLO(), loo=False, baseline="fcfs-prefill-first").set_index(["policy", "metric"])
+    assert over_fcfs[("fcfs-prefill-first", "ttft_mean")] == pytest.approx(0.719, abs=0.005)
+    assert over_fcfs[("fcfs-prefill-first", "per_token_latency_mean")] < 0  # the order alone buys no per-token
+    assert over_fcfs[("sjf", "per_token_latency_mean")] == pytest.approx(0.174, abs=0.005)
+    row = g.loc[("sjf", "per_token_latency_mean")]
+    assert int(row["n"]) == 10 and row["gain"] == pytest.approx(0.231, abs=0.005) and row["ci_low"] > 0
+    assert g.loc[("sjf", "ttft_mean"), "ci_low"] < 0 < g.loc[("sjf", "ttft_mean"), "ci_high"]
+    assert g.loc[("sjf", "jct_p99"), "ci_high"] < 0
