@@ -188,7 +188,8 @@ def test_experiment_config_for_the_embedded_model():
     specs = {s.name: s for s in head_specs(cfg, list(ALL13))}
     assert _feature_columns(cfg, list(specs.values())) == ["hs.L20.entropy", "hs.L20.last"]
     assert len(specs["linear"].targets) == 14 and specs["proxy_rank"].targets == ("all-models", L31)
-    assert specs["egtp"].settings.n_seeds == 1 and specs["proxy_reg"].settings.search.subsample == 128
+    assert specs["egtp"].settings.n_seeds == specs["probe"].settings.n_seeds == 3  # seed spread shown in T7
+    assert specs["proxy_reg"].settings.search.subsample == 128
     assert specs["proxy_reg"].settings.search.budget == specs["linear"].settings.search.budget == 8
     assert specs["linear"].settings.search.subsample is None  # only the proxies search on a subsample
     assert str(cfg.data.root).endswith("castillo/validate") and cfg.data.per_dataset == 150
