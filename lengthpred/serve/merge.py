@@ -77,17 +77,13 @@ def merge_runs(folders: Sequence[Path], out: Path, replace: bool = False) -> Pat
             run = {c: v.item() if hasattr(v, "item") else v for c, v in zip(KEYS, k, strict=True)}
             replaced.append({"run": run, "dropped_from": str(folders[owner[k]]), "kept_from": str(d)})
         owner.update(dict.fromkeys(ks, i))
-    tables = {}
-    for name, read in (("runs", lambda d: pd.read_csv(d / "serve_runs.csv")),
-                       ("reqs", lambda d: pd.read_parquet(d / "serve_requests.parquet")),
-                       ("steps", lambda d: pd.read_parquet(d / "serve_steps.parquet"))):
-        kept = []
-        for i, d in enumerate(folders):
-            t = read(Path(d))
-            mine = [owner.get(k, i) == i for k in map(tuple, t[KEYS].itertuples(index=False, name=None))]
-            kept.append(t[mine])
-        tables[name] = pd.concat(kept, ignore_index=True)
-    runs, reqs, steps = tables["runs"], tables["reqs"], tables["steps"]
+    def kept(tables: Sequence[pd.DataFrame]) -> pd.DataFrame:  # each folder's rows of the runs it keeps
+        return pd.concat([t[[owner[k] == i for k in t[KEYS].itertuples(index=False, name=None)]]
+                          for i, t in enumerate(tables)], ignore_index=True)
+
+    runs = kept(parts)
+    reqs = kept([pd.read_parquet(Path(d) / "serve_requests.parquet") for d in folders])
+    steps = kept([pd.read_parquet(Path(d) / "serve_steps.parquet") for d in folders])
     out.mkdir(parents=True)
     runs.to_csv(out / "serve_runs.csv", index=False)
     reqs.to_parquet(out / "serve_requests.parquet", index=False)
