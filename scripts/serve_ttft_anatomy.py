@@ -9,20 +9,13 @@ machine's speed (measured / modelled step time) over windows of --window-s secon
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from lengthpred.errors import DataError
-from lengthpred.serve.ttft_anatomy import load_stored, summarize
-
-
-def _md(head: list[str], rows: list[list[str]]) -> str:
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-                     + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+from lengthpred.serve.anatomy_cli import md_table, summarize_folder
+from lengthpred.serve.ttft_anatomy import summarize
 
 
 def _pair(g: pd.DataFrame, col: str) -> str:
@@ -36,7 +29,7 @@ def groups_table(req: pd.DataFrame) -> str:
         share = [f"{np.nansum(np.abs(x['err'])) / total:.1%}" if total > 0 else "–" for x in (once, waited)]
         rows.append([name, str(len(once)), _pair(once, "wait"), _pair(once, "step"), share[0],
                      str(len(waited)), _pair(waited, "wait"), share[1]])
-    return _md(["policy", "at once: n", "wait for the step, real / sim (s)", "prefill step, real / sim (s)",
+    return md_table(["policy", "at once: n", "wait for the step, real / sim (s)", "prefill step, real / sim (s)",
                 "share of Σ abs TTFT err", "waited: n", "wait for a slot, real / sim (s)",
                 "share of Σ abs TTFT err"], rows)
 
@@ -45,28 +38,20 @@ def runs_table(run: pd.DataFrame, cols: dict[str, str]) -> str:
     g = run.groupby("policy", sort=False)
     rows = [[name, str(len(x)), *(f"{np.nanmean(np.abs(x[c])):.1%}" for c in cols)] for name, x in
             [*g, ("all", run)]]
-    return _md(["policy", "runs", *cols.values()], rows)
+    return md_table(["policy", "runs", *cols.values()], rows)
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    ap.add_argument("run_dir", type=Path, help="a serve run folder (scripts/serve.py's output)")
-    ap.add_argument("--window-s", type=float, default=10.0, help="speed windows, seconds (default 10)")
-    a = ap.parse_args(argv)
-    if not a.window_s > 0:
-        print(f"error: --window-s must be a positive number of seconds, got {a.window_s}", file=sys.stderr)
+    got = summarize_folder(argv, __doc__.strip().splitlines()[0], summarize)
+    if got is None:
         return 2
-    try:
-        req, run = summarize(load_stored(a.run_dir), a.window_s)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"{a.run_dir}: {len(run)} runs, each replayed at its own speed\n")
+    run_dir, window_s, (req, run) = got
+    print(f"{run_dir}: {len(run)} runs, each replayed at its own speed\n")
     print("Requests admitted at once (real and replay) vs those that waited for a slot, means:\n")
     print(groups_table(req))
     print("Per 1% of step time (own speed × 1.01 vs × 0.99), mean over runs:\n")
     print(runs_table(run, {"ttft": "abs Δ mean TTFT / real", "jct": "abs Δ mean JCT / real"}))
-    print(f"The machine's speed inside a run, over {a.window_s:g} s windows, mean over runs:\n")
+    print(f"The machine's speed inside a run, over {window_s:g} s windows, mean over runs:\n")
     print(runs_table(run, {"window_sd": "SD of measured / modelled step time (÷ run drift)"}), end="")
     return 0
 

@@ -74,6 +74,9 @@ def assert_simulator_equals(run, policy: str, prof: HardwareProfile) -> None:
     sim = simulate_run(run.requests, get_policy(policy), prof)
     np.testing.assert_allclose(sim["first_token"], run.requests["first_token"], atol=1e-9)
     np.testing.assert_allclose(sim["finish"], run.requests["finish"], atol=1e-9)
+    if "split" in run.requests.columns:  # prefill first: the same decodes yield, and their stalls end alike
+        np.testing.assert_array_equal(sim["split"], run.requests["split"])
+        np.testing.assert_allclose(sim["resumed"], run.requests["resumed"], atol=1e-9)
     real = real_run_metrics(run.requests, run.steps, run.end, SLO())
     for e in errors(real, sim_metrics(sim, SLO())):
         if math.isnan(e["real"]) and math.isnan(e["sim"]):

@@ -23,10 +23,10 @@ from .test_serve import PROF, _pool
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def _stored(tmp_path: Path, machine: HardwareProfile) -> Path:
-    """Two repeats of FCFS and the oracle on the fake engine running at `machine`, stored with PROF as the profile."""
+def _stored(tmp_path: Path, machine: HardwareProfile, policies: tuple[str, ...] = ("fcfs", "oracle")) -> Path:
+    """Two repeats of `policies` on the fake engine running at `machine`, stored with PROF as the profile."""
     clock = VirtualClock()
-    config = {"loads": [0.95], "seeds": [0, 1], "n_requests": 30, "policies": ["fcfs", "oracle"],
+    config = {"loads": [0.95], "seeds": [0, 1], "n_requests": 30, "policies": list(policies),
               "calibration_requests": 12, "fit_skip": 0}
     res = run_grid(FakeEngine(machine, clock), _pool(), ServeSettings(**config), lambda pol: ("none", NoPredictor()),
                    clock=clock, progress=lambda m: None)

@@ -153,9 +153,10 @@ def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareP
                  sim: dict[str, Any] | None = None, contention: float = 1.0,
                  slowdown: Sequence[tuple[float, float, float]] | None = None) -> pd.DataFrame:
     """The run's requests with simulated `first_admit`, `first_token` and `finish` (NaN for requests the engine
-    rejected or never admitted). `contention`: the factor by which steps slow while a live prediction runs
-    (`contention_factor`), applied over the run's own prediction intervals. `slowdown`: the simulator's
-    intervals instead (`speed_windows`; `contention` is then not applied)."""
+    rejected or never admitted), and `split` / `resumed` (a decode that yielded its slot after its prefill phase,
+    and its token after the stall; `prefill_first` runs only). `contention`: the factor by which steps slow
+    while a live prediction runs (`contention_factor`), applied over the run's own prediction intervals.
+    `slowdown`: the simulator's intervals instead (`speed_windows`; `contention` is then not applied)."""
     r = requests.reset_index(drop=True)
     ok = (r["status"] != "rejected").to_numpy() & np.isfinite(r["added"].to_numpy(float))
     out = r.assign(first_admit=math.nan, first_token=math.nan, finish=math.nan)
@@ -177,9 +178,9 @@ def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareP
         res = simulate(wl, profile, pol, pred, **{"max_preemptions": None, "horizon": math.inf, **(sim or {})},
                        slowdown=list(slowdown) if slowdown is not None else [] if staged else busy_intervals(r, contention),
                        prefill_first=staged)
-    fa, ft, fin = np.full(len(r), math.nan), np.full(len(r), math.nan), np.full(len(r), math.nan)
-    fa[idx], ft[idx], fin[idx] = res.first_admit, res.first_token, res.finish
-    return out.assign(first_admit=fa, first_token=ft, finish=fin,
+    fa, ft, fin, rs = (np.full(len(r), math.nan) for _ in range(4))
+    fa[idx], ft[idx], fin[idx], rs[idx] = res.first_admit, res.first_token, res.finish, res.resumed
+    return out.assign(first_admit=fa, first_token=ft, finish=fin, resumed=rs, split=np.isfinite(rs),
                       output_tokens=np.where(np.isfinite(fin), out["target_tokens"], 0))
 
 

@@ -23,7 +23,8 @@ a one-token prefill request ahead of every decode waiting for a slot (FCFS among
 exists when that step ends, and its decode then waits at the policy's key for a slot of its own. A decode
 admitted at that same boundary keeps the slot and the KV it has (no cost); one admitted later re-uses the
 prompt's KV through prefix caching, its admission prefilling only what the full KV blocks of the prompt do
-not hold (P + 1 − block_size·⌊P / block_size⌋ tokens).
+not hold (P + 1 − block_size·⌊P / block_size⌋ tokens). Such a decode yielded its slot: its next token comes
+at the end of its first step back (`SimResult.resumed`, the end of its stall; the real run's `resumed`).
 
 Reading the code: `simulate` checks its options and builds three objects: `_Server` (what never changes: the
 requests' inputs, the profile's constants, the policy's hooks), `_Requests` (per-request progress) and
@@ -68,6 +69,7 @@ class SimResult:
     finish: np.ndarray
     n_preempt: np.ndarray
     rejected: np.ndarray  # bool
+    resumed: np.ndarray  # prefill_first: the token after a yielded decode's stall (its first step back); else NaN
     end_time: float
     n_events: int
     n_steps: int
@@ -131,6 +133,7 @@ class _Requests:
     n_preempt: list[int]
     staged: list[bool]  # still to run its prefill-only first phase (prefill_first)
     resumed: list[int]  # the boundary its prefill phase ended at while its decode phase waits, else -1
+    second_token: list[float]  # the end of a yielded decode's first step back (SimResult.resumed)
     first_admit: list[float]
     first_token: list[float]
     finish: list[float]
@@ -159,6 +162,7 @@ class SimState:
     waiting: list[tuple[float, int, int]] = field(default_factory=list)  # heap of (key, seq, request)
     completions: list[tuple[int, int, int]] = field(default_factory=list)  # heap of (step, request, version)
     new_admits: list[int] = field(default_factory=list)  # first admitted at this boundary (first token: its end)
+    new_resumes: list[int] = field(default_factory=list)  # yielded decodes back at this boundary (their next token)
 
 
 def simulate(
@@ -229,7 +233,8 @@ def simulate(
     )
     nan = math.nan
     rq = _Requests(admit_step=[0] * n, steps_done=[0] * n, tokens_done=[0.0] * n, version=[0] * n,
-                   n_preempt=[0] * n, staged=[prefill_first] * n, resumed=[-1] * n, first_admit=[nan] * n,
+                   n_preempt=[0] * n, staged=[prefill_first] * n, resumed=[-1] * n, second_token=[nan] * n,
+                   first_admit=[nan] * n,
                    first_token=[nan] * n, finish=[nan] * n, rejected=[False] * n)
     running = make_runset(policy, (rq.admit_step, rq.steps_done, rq.tokens_done, sv.rate, rq.n_preempt),
                           sv.arrival, aging, sv.limit, sv.max_batch)
@@ -260,6 +265,7 @@ def simulate(
         finish=np.array(rq.finish),
         n_preempt=np.array(rq.n_preempt),
         rejected=np.array(rq.rejected, dtype=bool),
+        resumed=np.array(rq.second_token),
         end_time=st.now,
         n_events=st.n_events,
         n_steps=st.n_steps,
@@ -428,6 +434,8 @@ def _prefill_tokens(st: SimState, rq: _Requests, sv: _Server, i: int) -> int:
 def _start(st: SimState, rq: _Requests, sv: _Server, i: int, pf: int) -> None:
     """Request i joins the running batch at this boundary: its costs, its first admission, its completion."""
     if rq.resumed[i] >= 0:
+        if rq.resumed[i] != st.step:  # it yielded its slot at its prefill's end: its stall ends with this step
+            st.new_resumes.append(i)
         rq.resumed[i] = -1
     elif rq.n_preempt[i]:
         if sv.swap:
@@ -456,7 +464,10 @@ def _jump(st: SimState, rq: _Requests, sv: _Server) -> None:
     alpha, beta, edge = _step_cost(st, sv)
     for i in st.new_admits:
         rq.first_token[i] = st.now + st.extra + alpha
+    for i in st.new_resumes:
+        rq.second_token[i] = st.now + st.extra + alpha
     st.new_admits.clear()
+    st.new_resumes.clear()
     K = _steps_to_event(st, rq, sv)
     target = min(sv.horizon, edge)
     nxt = st.next_arrival

@@ -1,0 +1,46 @@
+"""What the anatomy scripts (`scripts/serve_ttft_anatomy.py`, `scripts/serve_stall_anatomy.py`) share: their
+arguments (a serve run folder and a speed window) and Markdown tables."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lengthpred.errors import DataError
+from lengthpred.serve.ttft_anatomy import StoredServe, load_stored
+
+
+def md_table(head: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                     + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def folder_args(argv: list[str], description: str) -> tuple[Path, float] | None:
+    """(run folder, window seconds) from `argv`; None after a one-line error on stderr (a window that is not a
+    positive number of seconds)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("run_dir", type=Path, help="a serve run folder (scripts/serve.py's output)")
+    ap.add_argument("--window-s", type=float, default=10.0, help="speed windows, seconds (default 10)")
+    a = ap.parse_args(argv)
+    if not a.window_s > 0:
+        print(f"error: --window-s must be a positive number of seconds, got {a.window_s}", file=sys.stderr)
+        return None
+    return a.run_dir, a.window_s
+
+
+def summarize_folder(argv: list[str], description: str, summarize: Callable[[StoredServe, float], Any]
+                     ) -> tuple[Path, float, Any] | None:
+    """(run folder, window seconds, `summarize(stored folder, window)`); None after a one-line error on stderr
+    (bad arguments, or a folder that is not a serve run)."""
+    args = folder_args(argv, description)
+    if args is None:
+        return None
+    run_dir, window_s = args
+    try:
+        return run_dir, window_s, summarize(load_stored(run_dir), window_s)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
