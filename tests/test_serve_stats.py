@@ -203,6 +203,10 @@ def test_a_run_replayed_at_its_own_speed_leaves_only_the_queueing_models_error()
     again = resimulate(res.requests, res.steps, res.runs, "fake", FakeEngine(PROF, clock).limits, fast, res.capacity, s)
     assert np.allclose(again.drift["drift"], 1.25) and again.drift["drifting"].all()
     assert (again.fidelity_over_time.query("metric == 'ttft_mean'")["abs_err"] < 1e-6).all()
+    assert res.fidelity_tracked.empty and len(again.fidelity_tracked) == len(again.fidelity_over_time)
+    # tracked window by window, only the first 5 s run at the calibration's (wrong) speed: between the two
+    tracked = again.fidelity_tracked.query("metric == 'jct_mean'")["abs_err"].to_numpy()
+    assert (tracked < again.fidelity.query("metric == 'jct_mean'")["abs_err"].to_numpy()).all()
     off = again.fidelity.query("metric == 'jct_mean'")["abs_err"]
     at = again.fidelity_at_speed.query("metric == 'jct_mean'")["abs_err"]
     assert len(at) == 4 and (off > 0.1).all() and (at < 1e-6).all()
@@ -239,6 +243,20 @@ def test_decode_and_prefill_speeds_apart_recover_a_calibration_off_by_two_factor
     assert np.isnan(regime_speeds(res.steps.iloc[:0], PROF)).all()
 
 
+class _Wandering(VirtualClock):
+    """A machine whose steps run 40% slower from t = 4 s on."""
+
+    def advance(self, dt: float) -> None:
+        super().advance(dt * (1.0 if self.now() < 4.0 else 1.4))
+
+
+def _slowed_midway_run():
+    """60 FCFS requests on the fake engine of a machine that slows midway (`_Wandering`), queued past the change."""
+    clock = _Wandering()
+    reqs = [ServeRequest(f"r{i}", f"p{i}", [1] * (20 + 7 * i % 60), 30 + 17 * i % 90, 0.12 * i, 0.0) for i in range(60)]
+    return replay(reqs, FakeEngine(PROF, clock), get_policy("fcfs"), NoPredictor(), clock)
+
+
 def test_a_run_whose_machine_slowed_midway_is_replayed_exactly_at_its_speed_over_time():
     """The fake engine's steps run 40% slower from t = 4 s on (the machine's speed wandering within a run, as the
     committed cap-16 runs' did by 5-8% between 10 s windows): the run's one drift misses its TTFT, since a queued
@@ -246,13 +264,7 @@ def test_a_run_whose_machine_slowed_midway_is_replayed_exactly_at_its_speed_over
     replays every first token and finish exactly, so the queueing model itself is right."""
     from lengthpred.serve.fidelity import simulate_run, speed_windows
 
-    class Wandering(VirtualClock):
-        def advance(self, dt: float) -> None:
-            super().advance(dt * (1.0 if self.now() < 4.0 else 1.4))
-
-    clock = Wandering()
-    reqs = [ServeRequest(f"r{i}", f"p{i}", [1] * (20 + 7 * i % 60), 30 + 17 * i % 90, 0.12 * i, 0.0) for i in range(60)]
-    run = replay(reqs, FakeEngine(PROF, clock), get_policy("fcfs"), NoPredictor(), clock)
+    run = _slowed_midway_run()
     assert run.steps["n_waiting"].max() > 0 and run.steps["t_start"].max() > 8.0  # queued, and long after the change
     win = speed_windows(run.steps, PROF, 2.0, skip=0)
     assert [f for _, _, f in win] == pytest.approx([1.0, 1.0] + [1.4] * (len(win) - 2))
@@ -266,6 +278,33 @@ def test_a_run_whose_machine_slowed_midway_is_replayed_exactly_at_its_speed_over
     assert speed_windows(run.steps.iloc[:0], PROF, 2.0) == []
     with pytest.raises(ValueError, match="positive"):
         speed_windows(run.steps, PROF, 0.0)
+
+
+def test_tracking_the_speed_window_by_window_reads_only_earlier_windows():
+    """The machine slows 40% from t = 4 s on: tracked causally (each 2 s window at the speed of the window before
+    it), only the window right after the change runs at the old speed, so the replay misses TTFT far less than the
+    profile does, though not exactly (the lagged window's lost time stays in a backlogged queue); a window's speed
+    reads no step of it or of later windows; a window without steps carries the last speed on, and the first runs
+    at the profile's."""
+    from lengthpred.serve.fidelity import simulate_run, speed_windows, tracked_windows
+
+    run = _slowed_midway_run()
+    win, tracked = speed_windows(run.steps, PROF, 2.0, skip=0), tracked_windows(run.steps, PROF, 2.0, skip=0)
+    assert [(a, b) for a, b, _ in tracked] == [(a, b) for a, b, _ in win]
+    assert [f for _, _, f in tracked] == pytest.approx([1.0, 1.0, 1.0] + [1.4] * (len(win) - 3))
+    ttft = (run.requests["first_token"] - run.requests["arrival"]).mean()
+
+    def miss(r):
+        return abs((r["first_token"] - run.requests["arrival"]).mean() / ttft - 1)
+
+    plain = simulate_run(run.requests, get_policy("fcfs"), PROF)
+    causal = simulate_run(run.requests, get_policy("fcfs"), PROF, slowdown=tracked)
+    assert miss(causal) < 0.5 * miss(plain) and miss(causal) > 1e-6  # closer, not exact: one window lags
+    early = tracked_windows(run.steps[run.steps["t_start"] < 8.0], PROF, 2.0, skip=0)  # the steps of [8, ...) unread
+    assert [f for _, _, f in early] == pytest.approx([f for _, _, f in tracked][:len(early)]) and len(early) == 4
+    gap = run.steps[(run.steps["t_start"] < 4.0) | (run.steps["t_start"] >= 6.0)]  # no step in the window [4, 6)
+    assert [f for _, _, f in tracked_windows(gap, PROF, 2.0, skip=0)][:4] == pytest.approx([1.0, 1.0, 1.0, 1.0])
+    assert tracked_windows(run.steps.iloc[:0], PROF, 2.0) == []
 
 
 def test_the_named_vllm_profile_is_the_committed_calibration():

@@ -43,6 +43,7 @@ from lengthpred.serve.fidelity import (
     simulate_run,
     speed_windows,
     step_residuals,
+    tracked_windows,
 )
 from lengthpred.serve.metrics import SLO, blank_latencies, overloaded, real_run_metrics
 from lengthpred.serve.predictor import NoPredictor
@@ -114,6 +115,7 @@ class GridResult:
     fidelity_tracking: pd.DataFrame = field(default_factory=pd.DataFrame)  # ... at the previous run's speed
     fidelity_regimes: pd.DataFrame = field(default_factory=pd.DataFrame)  # ... at its own decode and prefill speeds
     fidelity_over_time: pd.DataFrame = field(default_factory=pd.DataFrame)  # ... at its own speed over time
+    fidelity_tracked: pd.DataFrame = field(default_factory=pd.DataFrame)  # ... at the speed of the window before
 
 
 def calibrate(engine: Engine, pool: PromptPool, s: ServeSettings, clock: Any
@@ -282,18 +284,21 @@ def _collect(done: list[_Run], engine: Engine, s: ServeSettings, fit: ProfileFit
                       [r.overload for r in done if r.overload], fid_plain, chk, drift,
                       _at_speeds(done, drift, s, fit), _at_speeds(done, drift, s, fit, lag=1),
                       _at_speeds(done, drift, s, fit, regimes=True),
-                      _at_speeds(done, drift, s, fit, window=s.speed_window_s) if s.speed_window_s else pd.DataFrame())
+                      _at_speeds(done, drift, s, fit, window=s.speed_window_s) if s.speed_window_s else pd.DataFrame(),
+                      _at_speeds(done, drift, s, fit, window=s.speed_window_s, causal=True) if s.speed_window_s
+                      else pd.DataFrame())
 
 
 def _at_speeds(done: list[_Run], drift: pd.DataFrame, s: ServeSettings, fit: ProfileFit, lag: int = 0,
-               regimes: bool = False, window: float | None = None) -> pd.DataFrame:
+               regimes: bool = False, window: float | None = None, causal: bool = False) -> pd.DataFrame:
     """Fidelity with each run replayed on the profile scaled by a measured drift (`at_speed`; a live predictor's
     contention factor as in the main replay). `lag` 0: the run's own drift, so what is left is the queueing
     model's error; 1: the drift of the run before it (`done` is in the order the runs ran; the first run keeps
     the calibration), a calibration that tracks the machine between runs, out of sample. `regimes`: the run's own
     decode drift and prefill factor apart (`regime_speeds`: two numbers per run, in sample). `window` (s): the
     run's own speed over time instead (`speed_windows`: one number per window, in sample; a diagnostic that
-    separates the queueing model from the machine's speed, not a calibration)."""
+    separates the queueing model from the machine's speed, not a calibration); with `causal`, each window at the
+    speed of the window before it (`tracked_windows`: out of sample within the run)."""
     rows = []
     drifts = drift["drift"].to_numpy(float) if len(drift) else np.full(len(done), math.nan)
     for i, r in enumerate(done):
@@ -302,7 +307,7 @@ def _at_speeds(done: list[_Run], drift: pd.DataFrame, s: ServeSettings, fit: Pro
             continue
         pol = by_sim_policy(r.key["policy"], s.aging_weight)
         if window:
-            slow = speed_windows(r.log.steps, fit.profile, window, s.fit_skip)
+            slow = (tracked_windows if causal else speed_windows)(r.log.steps, fit.profile, window, s.fit_skip)
             if not slow:
                 continue
             simr = simulate_run(r.log.requests, pol, fit.profile, s.sim, slowdown=slow)

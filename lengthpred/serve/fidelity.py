@@ -17,7 +17,9 @@ exceeds a stated bound, since queueing turns a few percent of step time into a l
 it, a run's error is the queueing model's alone, with the machine's speed during the run taken as known (one
 number per run, read from its steps), which no calibration made before the run can know.
 `speed_windows` is the run's own speed over time (measured / modelled step time in windows of a few seconds,
-as `slowdown` intervals): a diagnostic, in sample by one number per window. A run's mean TTFT at load is mostly
+as `slowdown` intervals): a diagnostic, in sample by one number per window. `tracked_windows` reads the same
+windows causally (each at the speed of the window before it): out of sample within the run, what a simulator
+tracking the engine's completed steps could know. A run's mean TTFT at load is mostly
 the wait for a slot, the gap between an arrival and the finish of a request admitted tens of seconds before, so
 1% of step time moves it by 6-10% (JCT: 2%); one drift per run cannot hold TTFT to 5% while the machine's
 speed wanders by 5-8% between 10 s windows (`docs/serve_cap16_120.md`'s runs).
@@ -146,6 +148,26 @@ def speed_windows(steps: pd.DataFrame, profile: HardwareProfile, window_s: float
     out = [(i * window_s, (i + 1) * window_s, float(dsum[i] / msum[i]) if msum[i] > 0 else whole)
            for i in range(len(dsum))]
     out[-1] = (out[-1][0], math.inf, out[-1][2])
+    return out
+
+
+def tracked_windows(steps: pd.DataFrame, profile: HardwareProfile, window_s: float, skip: int = 2
+                    ) -> list[tuple[float, float, float]]:
+    """`speed_windows` read causally: each window of `window_s` s runs at the speed measured over the latest
+    earlier window that had a step to read (the first, and any before such a window, at the profile's own speed,
+    1.0). No step of a window sets that window's speed, so the replay is out of sample within the run: what a
+    simulator beside the engine, tracking its completed steps, could know. Empty when no step qualifies."""
+    win = speed_windows(steps, profile, window_s, skip)
+    if not win:
+        return []
+    d, m = step_durations(steps), model_step_times(steps, profile)
+    keep = (np.arange(len(steps)) >= skip) & (steps["batch"].to_numpy() > 0) & np.isfinite(d) & (d > 0) & (m > 0)
+    read = set(np.floor(steps["t_start"].to_numpy(float)[keep] / window_s).astype(np.int64).clip(0).tolist())
+    out, last = [], 1.0
+    for i, (lo, hi, f) in enumerate(win):
+        out.append((lo, hi, last))
+        if i in read:
+            last = f
     return out
 
 

@@ -509,6 +509,9 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
     fsum_time = fidelity_summary(res.fidelity_over_time)
     if len(fsum_time):
         fsum_time.to_csv(out / "fidelity_at_run_speed_over_time_summary.csv", index=False)
+    fsum_tracked = fidelity_summary(res.fidelity_tracked)
+    if len(fsum_tracked):
+        fsum_tracked.to_csv(out / "fidelity_tracking_windows_summary.csv", index=False)
     if res.calibration is not None:
         res.calibration.steps.to_parquet(out / "calibration_steps.parquet", index=False)
     res.residuals.to_csv(out / "step_residuals.csv", index=False)
@@ -573,6 +576,11 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
               f"profile times the run's measured / modelled step time in each window, in sample by one number per "
               f"window; a miss left here is the queueing model's, one gone here was the machine's speed within the "
               f"run)\n\n{report.fidelity_table(fsum_time)}")
+    if len(fsum_tracked):
+        print(f"\n**Tracking the engine's speed within the run** (each {settings.speed_window_s:g} s window on the "
+              f"profile times the measured / modelled step time of the window before it, the first at the profile's "
+              f"speed: out of sample within the run, what a simulator beside the engine reading its completed steps "
+              f"could know)\n\n{report.fidelity_table(fsum_tracked)}")
     if len(fsum_track):
         print(f"\n**At the previous run's speed** (a calibration that tracks the machine between runs, out of "
               f"sample: each run on the profile times the drift of the run before it)\n\n"
