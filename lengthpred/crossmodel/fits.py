@@ -29,7 +29,7 @@ from lengthpred.crossmodel.inputs import PromptInputs
 from lengthpred.crossmodel.table import ALL_MODELS, LengthTable, short_model
 from lengthpred.errors import DataError
 from lengthpred.heads import HeadSettings, run_training
-from lengthpred.seeds import seed_columns
+from lengthpred.seeds import POINT_COLUMNS, seed_columns
 
 log = logging.getLogger(__name__)
 WITHIN = "(within dataset)"
@@ -79,7 +79,9 @@ def _fit(spec: HeadSpec, target: str, inputs: PromptInputs, table: LengthTable, 
     rec |= {"selected": str(m["selected"] or ""), "val_spearman": m["val_spearman"],
             "n_seeds": int(m.get("n_seeds", 1)), "n_parameters": m["n_parameters"],
             "fit_seconds": round(time.perf_counter() - t0, 2)}
-    keep = ["id", "y_pred", *seed_columns(preds.columns)]
+    points = [c for c in POINT_COLUMNS.values() if c in preds.columns]  # median and mean (MAE scores the median)
+    seeds = [*seed_columns(preds.columns), *(c for k in POINT_COLUMNS for c in seed_columns(preds.columns, k))]
+    keep = ["id", "y_pred", *points, *seeds]
     return rec, preds[keep].assign(head=spec.label, fit=target)
 
 

@@ -3,7 +3,8 @@
 Tidy rows: head, fit (the lengths it was trained on: a model or `all-models`), model (whose test lengths
 it is scored against), dataset (`pooled` or one dataset), metric, value, ci_low, ci_high, n, note.
 - Own fits (fit = model) and all-models fits get Spearman, Kendall τ and MAE with a seeded bootstrap CI,
-  pooled and per dataset, and mean ± sd over seeds where the head ran several.
+  pooled and per dataset, and mean ± sd over seeds where the head ran several. MAE scores the median where the
+  fit recorded one (`mae_mean` the mean beside it), as bench T1 does; `y_pred` otherwise.
 - Transfer cells (fit ≠ model) get the pooled Spearman point estimate only (the heatmap).
 - A (model, dataset) with fewer than `min_test` test prompts, or a fit that did not run, is a row whose
   `note` says so: never a silently missing cell. Undefined metrics (a constant's Spearman) are UNDEFINED.
@@ -25,6 +26,8 @@ import pandas as pd
 from lengthpred.crossmodel.ceilings import POOLED
 from lengthpred.crossmodel.fits import POOLED_FIT
 from lengthpred.crossmodel.table import ALL_MODELS, LengthTable
+from lengthpred.eval.results import point_estimates
+from lengthpred.metrics import METRICS as METRICS_BY_NAME
 from lengthpred.metrics import UNDEFINED, evaluate, is_undefined
 from lengthpred.seeds import SEED_METRICS, seed_columns, seed_metric_name, spread
 
@@ -42,15 +45,21 @@ def _row(head: str, fit: str, model: str, dataset: str, metric: str, value: Any 
 
 def score_cell(head: str, fit: str, model: str, dataset: str, y: np.ndarray, pred: pd.DataFrame, *,
                n_boot: int, seed: int) -> list[dict[str, Any]]:
-    """Rows of one (head, fit, model, dataset) from aligned targets `y` and predictions `pred`."""
-    est = evaluate(y, pred["y_pred"].to_numpy(), list(METRICS), n_boot=n_boot, seed=seed)
+    """Rows of one (head, fit, model, dataset) from aligned targets `y` and predictions `pred`: each metric on
+    the point it rewards where the fit recorded it (MAE on the median, and `mae_mean` on the mean; bench T1's
+    rule, `lengthpred.eval.results.point_estimates`), `y_pred` otherwise."""
+    g = pred.assign(y_true=np.asarray(y, dtype=float))
     rows = [_row(head, fit, model, dataset, m, e.value, e.ci_low, e.ci_high, e.n,
-                 "undefined" if is_undefined(e.value) else "") for m, e in est.items()]
+                 "undefined" if is_undefined(e.value) else "")
+            for m, e in point_estimates(g, METRICS, n_boot=n_boot, seed=seed)]
     cols = [c for c in seed_columns(pred.columns) if pred[c].notna().all()]
     if len(cols) > 1:
-        per_seed = [evaluate(y, pred[c].to_numpy(), list(SEED_METRICS), n_boot=0) for c in cols]
         for m in SEED_METRICS:
-            sp = spread([None if is_undefined(s[m].value) else s[m].value for s in per_seed])
+            point = METRICS_BY_NAME.get(m).rewards
+            own = [c for c in seed_columns(pred.columns, point) if pred[c].notna().all()] if point else []
+            values = [evaluate(y, pred[c].to_numpy(), [m], n_boot=0)[m].value
+                      for c in (own if len(own) == len(cols) else cols)]
+            sp = spread([None if is_undefined(v) else v for v in values])
             for stat in ("mean", "sd"):
                 v = getattr(sp, stat)
                 rows.append(_row(head, fit, model, dataset, seed_metric_name(m, stat),

@@ -172,7 +172,7 @@ def score_predictions(
     for (head, split), g in sorted(df.groupby(["head", "split"], sort=True), key=lambda kv: kv[0]):
         g = g.sort_values("id", kind="stable")
         kw = {"n_boot": n_boot, "seed": seed, "confidence": confidence, "params": params}
-        for name, e in _point_estimates(g, metrics, **kw):
+        for name, e in point_estimates(g, metrics, **kw):
             rows.append(result_row(prov, head, split, name, e.value, e.ci_low, e.ci_high, e.n))
         rows.append(
             result_row(prov, head, split, "capped_frac", float(g["capped_frac"].mean()), None, None, len(g))
@@ -190,7 +190,7 @@ def score_predictions(
     return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
 
 
-def _point_estimates(g: pd.DataFrame, metrics: Sequence[str] | None, **kw: Any) -> list[tuple[str, Any]]:
+def point_estimates(g: pd.DataFrame, metrics: Sequence[str] | None, **kw: Any) -> list[tuple[str, Any]]:
     """(name, Estimate) of every metric on the column it scores (module docstring), in `metrics` order,
     then `mae_mean` where `mae` is asked for and the group records a mean; one seed, so one set of resamples."""
     names = list(metrics) if metrics is not None else METRICS.names()
