@@ -236,3 +236,17 @@ def test_constant_prediction_is_undefined_not_zero(castillo):
     res = score_all(preds, fits, u.table, test, u.dataset_of, n_boot=20)
     sp = res[(res.metric == "spearman") & (res.dataset == POOLED)]
     assert len(sp) == 3 and set(sp["note"]) == {"undefined"}
+
+
+def test_the_fit_cache_keys_on_the_code_the_run_loaded_not_on_the_files_later(tmp_path, monkeypatch):
+    """A source file edited while a run's features were extracted must not key fits made by the code loaded
+    before: the code digest is read when the cache module is imported, not when a cache is built."""
+    from lengthpred.crossmodel import fit_cache
+
+    def edited() -> str:
+        raise AssertionError("the fit cache read the source files again after the run started")
+
+    monkeypatch.setattr(fit_cache, "code_digest", edited)
+    cache = fit_cache.FitCache(tmp_path)
+    assert cache.code == fit_cache.CODE_AT_IMPORT and len(cache.code) == 16
+    assert fit_cache.FitCache(tmp_path, code="x").code == "x"

@@ -62,6 +62,11 @@ def code_digest() -> str:
     return h.hexdigest()[:16]
 
 
+# read when this module is imported (when a run starts), not when the cache is first used: a run's fits come
+# from the code it loaded, so a source file edited while an earlier stage (the features) ran must not key them
+CODE_AT_IMPORT = code_digest()
+
+
 def _update(h: Any, name: str, v: Any) -> None:
     h.update(name.encode())
     if v is None:
@@ -108,7 +113,7 @@ class FitCache:
 
     def __init__(self, root: str | Path, code: str | None = None) -> None:
         self.root = Path(root)
-        self.code = code or code_digest()
+        self.code = code or CODE_AT_IMPORT
         self.hits = 0
 
     def key(self, spec: Any, target: str, inputs: Any, table: LengthTable, split: Mapping[str, Sequence[str]],
