@@ -204,9 +204,10 @@ def test_a_run_replayed_at_its_own_speed_leaves_only_the_queueing_models_error()
     assert np.allclose(again.drift["drift"], 1.25) and again.drift["drifting"].all()
     assert (again.fidelity_over_time.query("metric == 'ttft_mean'")["abs_err"] < 1e-6).all()
     assert res.fidelity_tracked.empty and len(again.fidelity_tracked) == len(again.fidelity_over_time)
-    # tracked window by window, only the first 5 s run at the calibration's (wrong) speed: between the two
+    # tracked window by window from the previous run's drift: the first run's first 5 s at the calibration's
+    # (wrong) speed, every later run exact
     tracked = again.fidelity_tracked.query("metric == 'jct_mean'")["abs_err"].to_numpy()
-    assert (tracked < again.fidelity.query("metric == 'jct_mean'")["abs_err"].to_numpy()).all()
+    assert 0 < tracked[0] < again.fidelity.query("metric == 'jct_mean'")["abs_err"].iloc[0] and (tracked[1:] < 1e-6).all()
     off = again.fidelity.query("metric == 'jct_mean'")["abs_err"]
     at = again.fidelity_at_speed.query("metric == 'jct_mean'")["abs_err"]
     assert len(at) == 4 and (off > 0.1).all() and (at < 1e-6).all()
@@ -305,6 +306,10 @@ def test_tracking_the_speed_window_by_window_reads_only_earlier_windows():
     gap = run.steps[(run.steps["t_start"] < 4.0) | (run.steps["t_start"] >= 6.0)]  # no step in the window [4, 6)
     assert [f for _, _, f in tracked_windows(gap, PROF, 2.0, skip=0)][:4] == pytest.approx([1.0, 1.0, 1.0, 1.0])
     assert tracked_windows(run.steps.iloc[:0], PROF, 2.0) == []
+    # a run can start from the speed known before it (the previous run's drift) instead of the profile's
+    assert [f for _, _, f in tracked_windows(run.steps, PROF, 2.0, skip=0, start=1.3)][:2] == pytest.approx([1.3, 1.0])
+    with pytest.raises(ValueError, match="positive"):
+        tracked_windows(run.steps, PROF, 2.0, start=0.0)
 
 
 def test_the_named_vllm_profile_is_the_committed_calibration():

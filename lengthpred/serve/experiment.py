@@ -298,7 +298,7 @@ def _at_speeds(done: list[_Run], drift: pd.DataFrame, s: ServeSettings, fit: Pro
     decode drift and prefill factor apart (`regime_speeds`: two numbers per run, in sample). `window` (s): the
     run's own speed over time instead (`speed_windows`: one number per window, in sample; a diagnostic that
     separates the queueing model from the machine's speed, not a calibration); with `causal`, each window at the
-    speed of the window before it (`tracked_windows`: out of sample within the run)."""
+    speed of the window before it, the first at the previous run's drift (`tracked_windows`: out of sample)."""
     rows = []
     drifts = drift["drift"].to_numpy(float) if len(drift) else np.full(len(done), math.nan)
     for i, r in enumerate(done):
@@ -307,7 +307,12 @@ def _at_speeds(done: list[_Run], drift: pd.DataFrame, s: ServeSettings, fit: Pro
             continue
         pol = by_sim_policy(r.key["policy"], s.aging_weight)
         if window:
-            slow = (tracked_windows if causal else speed_windows)(r.log.steps, fit.profile, window, s.fit_skip)
+            if causal:  # from the speed known when the run starts: the previous run's drift (the first: 1.0)
+                prev = drifts[i - 1] if i >= 1 else 1.0
+                slow = tracked_windows(r.log.steps, fit.profile, window, s.fit_skip,
+                                       prev if math.isfinite(prev) and prev > 0 else 1.0)
+            else:
+                slow = speed_windows(r.log.steps, fit.profile, window, s.fit_skip)
             if not slow:
                 continue
             simr = simulate_run(r.log.requests, pol, fit.profile, s.sim, slowdown=slow)

@@ -151,19 +151,22 @@ def speed_windows(steps: pd.DataFrame, profile: HardwareProfile, window_s: float
     return out
 
 
-def tracked_windows(steps: pd.DataFrame, profile: HardwareProfile, window_s: float, skip: int = 2
-                    ) -> list[tuple[float, float, float]]:
+def tracked_windows(steps: pd.DataFrame, profile: HardwareProfile, window_s: float, skip: int = 2,
+                    start: float = 1.0) -> list[tuple[float, float, float]]:
     """`speed_windows` read causally: each window of `window_s` s runs at the speed measured over the latest
-    earlier window that had a step to read (the first, and any before such a window, at the profile's own speed,
-    1.0). No step of a window sets that window's speed, so the replay is out of sample within the run: what a
-    simulator beside the engine, tracking its completed steps, could know. Empty when no step qualifies."""
+    earlier window that had a step to read (the first, and any before such a window, at `start`: the profile's
+    own speed, or e.g. the previous run's drift). No step of a window sets that window's speed, so the replay is
+    out of sample within the run: what a simulator beside the engine, tracking its completed steps, could know.
+    Empty when no step qualifies."""
+    if not (math.isfinite(start) and start > 0):
+        raise ValueError(f"a starting speed must be a positive number, got {start}")
     win = speed_windows(steps, profile, window_s, skip)
     if not win:
         return []
     d, m = step_durations(steps), model_step_times(steps, profile)
     keep = (np.arange(len(steps)) >= skip) & (steps["batch"].to_numpy() > 0) & np.isfinite(d) & (d > 0) & (m > 0)
     read = set(np.floor(steps["t_start"].to_numpy(float)[keep] / window_s).astype(np.int64).clip(0).tolist())
-    out, last = [], 1.0
+    out, last = [], float(start)
     for i, (lo, hi, f) in enumerate(win):
         out.append((lo, hi, last))
         if i in read:
