@@ -129,6 +129,26 @@ def regime_speeds(steps: pd.DataFrame, profile: HardwareProfile, skip: int = 2) 
     return drift, factor if factor > 0 else drift
 
 
+def _window_sums(steps: pd.DataFrame, profile: HardwareProfile, window_s: float, skip: int
+                 ) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """(measured, modelled) seconds of a run's steps per `window_s` window by step start (after `skip` warm-up
+    steps; steps that scheduled nothing left out), and the run's whole ratio; None when no step qualifies."""
+    if not (math.isfinite(window_s) and window_s > 0):
+        raise ValueError(f"a speed window must be a positive number of seconds, got {window_s}")
+    d, m = step_durations(steps), model_step_times(steps, profile)
+    keep = (np.arange(len(steps)) >= skip) & (steps["batch"].to_numpy() > 0) & np.isfinite(d) & (d > 0) & (m > 0)
+    if not keep.any():
+        return None
+    w = np.maximum(np.floor(steps["t_start"].to_numpy(float)[keep] / window_s), 0).astype(np.int64)
+    return np.bincount(w, weights=d[keep]), np.bincount(w, weights=m[keep]), float(d[keep].sum() / m[keep].sum())
+
+
+def _intervals(factors: list[float], window_s: float) -> list[tuple[float, float, float]]:
+    out = [(i * window_s, (i + 1) * window_s, f) for i, f in enumerate(factors)]
+    out[-1] = (out[-1][0], math.inf, out[-1][2])  # the last lasts to the end of the replay
+    return out
+
+
 def speed_windows(steps: pd.DataFrame, profile: HardwareProfile, window_s: float, skip: int = 2
                   ) -> list[tuple[float, float, float]]:
     """A run's own speed over time, as the simulator's `slowdown` intervals on `profile`: measured / modelled
@@ -136,19 +156,11 @@ def speed_windows(steps: pd.DataFrame, profile: HardwareProfile, window_s: float
     of `window_s` seconds of the run's clock, by step start. Steps that overlapped a live prediction count: their
     slowdown is the machine's speed then, so no contention model goes on top. A window without a step to read
     runs at the run's whole ratio; the last one lasts to the end of the replay. Empty when no step qualifies."""
-    if not (math.isfinite(window_s) and window_s > 0):
-        raise ValueError(f"a speed window must be a positive number of seconds, got {window_s}")
-    d, m = step_durations(steps), model_step_times(steps, profile)
-    keep = (np.arange(len(steps)) >= skip) & (steps["batch"].to_numpy() > 0) & np.isfinite(d) & (d > 0) & (m > 0)
-    if not keep.any():
+    sums = _window_sums(steps, profile, window_s, skip)
+    if sums is None:
         return []
-    w = np.maximum(np.floor(steps["t_start"].to_numpy(float)[keep] / window_s), 0).astype(np.int64)
-    dsum, msum = np.bincount(w, weights=d[keep]), np.bincount(w, weights=m[keep])
-    whole = float(d[keep].sum() / m[keep].sum())
-    out = [(i * window_s, (i + 1) * window_s, float(dsum[i] / msum[i]) if msum[i] > 0 else whole)
-           for i in range(len(dsum))]
-    out[-1] = (out[-1][0], math.inf, out[-1][2])
-    return out
+    dsum, msum, whole = sums
+    return _intervals([float(dsum[i] / msum[i]) if msum[i] > 0 else whole for i in range(len(dsum))], window_s)
 
 
 def tracked_windows(steps: pd.DataFrame, profile: HardwareProfile, window_s: float, skip: int = 2,
@@ -160,18 +172,16 @@ def tracked_windows(steps: pd.DataFrame, profile: HardwareProfile, window_s: flo
     Empty when no step qualifies."""
     if not (math.isfinite(start) and start > 0):
         raise ValueError(f"a starting speed must be a positive number, got {start}")
-    win = speed_windows(steps, profile, window_s, skip)
-    if not win:
+    sums = _window_sums(steps, profile, window_s, skip)
+    if sums is None:
         return []
-    d, m = step_durations(steps), model_step_times(steps, profile)
-    keep = (np.arange(len(steps)) >= skip) & (steps["batch"].to_numpy() > 0) & np.isfinite(d) & (d > 0) & (m > 0)
-    read = set(np.floor(steps["t_start"].to_numpy(float)[keep] / window_s).astype(np.int64).clip(0).tolist())
-    out, last = [], float(start)
-    for i, (lo, hi, f) in enumerate(win):
-        out.append((lo, hi, last))
-        if i in read:
-            last = f
-    return out
+    dsum, msum, _ = sums
+    factors, last = [], float(start)
+    for i in range(len(dsum)):
+        factors.append(last)
+        if msum[i] > 0:
+            last = float(dsum[i] / msum[i])
+    return _intervals(factors, window_s)
 
 
 def simulate_run(requests: pd.DataFrame, policy: ServePolicy, profile: HardwareProfile,

@@ -82,14 +82,12 @@ def tail_check(requests: pd.DataFrame, steps: pd.DataFrame, profile: HardwarePro
     return {"tail_real": real, "tail_model": model, "stall_steps": len(made), "stall_step_ratio": ratio}
 
 
-def summarize(stored: StoredServe, window_s: float = 10.0, policies: tuple[str, ...] | None = None
-              ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def summarize(stored: StoredServe, window_s: float = 10.0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(every decode's `anatomy` row, one row per run), both with the run's policy and index, for the runs served
-    prefill first (or those of `policies`)."""
+    prefill first."""
     s, per_req, per_run = stored.settings, [], []
     for k, (name, pol, reqs, st) in enumerate(stored.runs()):
-        staged = "prefill_first" in reqs.columns and bool(reqs["prefill_first"].any())
-        if not staged if policies is None else name not in policies:
+        if "prefill_first" not in reqs.columns or not reqs["prefill_first"].any():
             continue
         req, run = anatomy(reqs, st, stored.profile, pol, s.sim, s.fit_skip, window_s)
         per_req.append(req.assign(policy=name, run=k))

@@ -578,8 +578,8 @@ def write_serve(cfg: DictConfig, res: GridResult, settings: ServeSettings, engin
               f"run)\n\n{report.fidelity_table(fsum_time)}")
     if len(fsum_tracked):
         print(f"\n**Tracking the engine's speed within the run** (each {settings.speed_window_s:g} s window on the "
-              f"profile times the measured / modelled step time of the window before it, the first at the profile's "
-              f"speed: out of sample within the run, what a simulator beside the engine reading its completed steps "
+              f"profile times the measured / modelled step time of the window before it, the first at the previous "
+              f"run's drift: out of sample within the run, what a simulator beside the engine reading its completed steps "
               f"could know)\n\n{report.fidelity_table(fsum_tracked)}")
     if len(fsum_track):
         print(f"\n**At the previous run's speed** (a calibration that tracks the machine between runs, out of "
