@@ -24,6 +24,7 @@ from lengthpred.distributions import (
     recap,
     score_all,
     trace_cap,
+    within_bin_knots,
 )
 from lengthpred.errors import ConfigError, DataError
 
@@ -165,3 +166,19 @@ def test_fair_crps_is_unbiased_for_the_members_distribution():
     assert plain > truth * 1.15
     with pytest.raises(ValueError, match="at least 2"):
         crps_fair([np.array([1.0])], obs_of([1.0], cap))
+
+
+def test_histogram_with_knots_follows_each_bins_training_lengths():
+    edges = np.array([0.0, 10.0, 1000.0])
+    y_train = np.array([2, 4, 6, 8, 11, 12, 13, 14, 15, 990.0])  # the wide bin's lengths crowd its lower edge
+    knots = within_bin_knots(y_train, edges, n_segments=4)
+    np.testing.assert_allclose(knots[:, [0, -1]], [[0, 10], [10, 1000]])  # the bins' edges are kept
+    assert np.all(np.diff(knots, axis=1) >= 0) and knots[1, 2] < 20  # the wide bin's median length is ~13
+    probs = [[0.2, 0.8], [0.9, 0.1]]
+    h, flat = Histogram(edges, probs, knots), Histogram(edges, probs)
+    assert h.quantile([0.5])[0, 0] < 20 < flat.quantile([0.5])[0, 0]  # uniform: ~380 tokens
+    q = np.array([0.05, 0.3, 0.5, 0.7, 0.95])
+    np.testing.assert_allclose(h.cdf(h.quantile(q)), np.tile(q, (2, 1)), atol=1e-9)  # cdf inverts quantile
+    np.testing.assert_allclose(h.mean(), h.mean(cap=1000), rtol=1e-3)  # the closed form and the integral agree
+    np.testing.assert_allclose(Histogram(edges, probs, within_bin_knots([], edges)).quantile(q), flat.quantile(q))
+    np.testing.assert_allclose(h.take([1]).knots, knots)

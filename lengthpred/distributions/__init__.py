@@ -1,6 +1,6 @@
 """Length distributions: predicted distribution objects, censored observations and their scores.
 
-`objects` (LogNormal, Histogram, QuantileGrid, Empirical, PointMass; `check_quantiles`), `censored` (every
+`objects` (LogNormal, Histogram, QuantileGrid, Empirical, PointMass; `check_quantiles`, `within_bin_knots`), `censored` (every
 sampled length a draw, a capped one right-censored at the cap; `from_trace`, `recap`), `scores` (pinball,
 CRPS, coverage, PIT on the capped length: see its docstring for how capped samples are scored), `keys`
 (scheduling keys: capped mean, CVaR, TIE's E + β·CVaR).
@@ -16,6 +16,7 @@ from lengthpred.distributions.objects import (
     PointMass,
     QuantileGrid,
     check_quantiles,
+    within_bin_knots,
 )
 from lengthpred.distributions.scores import (
     bootstrap_mean,
@@ -33,5 +34,5 @@ __all__ = [
     "Empirical", "Histogram", "LengthDistribution", "LogNormal", "Observations", "PointMass", "QuantileGrid",
     "bootstrap_mean", "check_quantiles", "coverage", "crps", "crps_fair", "from_trace", "per_prompt",
     "pinball", "pit_bounds", "pit_histogram", "recap", "score_all", "tail_mean", "tie_beta", "tie_key", "trace_cap",
-    "CVAR_LEVELS",
+    "within_bin_knots", "CVAR_LEVELS",
 ]

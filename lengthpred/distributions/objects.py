@@ -7,7 +7,8 @@ Every object holds n rows (one per prompt) and answers, for each row:
 
 The kinds:
 - `LogNormal(mu, sigma)`: log1p(L) ~ Normal(mu, sigma²) (the censored head; a point head's log residuals).
-- `Histogram(edges, probs)`: piecewise-uniform mass inside shared bins (the soft-bin heads EGTP/ESTP/probe);
+- `Histogram(edges, probs, knots=None)`: mass inside shared bins (the soft-bin heads EGTP/ESTP/probe, proxy_cls),
+  uniform inside each bin, or shaped like the training lengths that fell in it (`knots`, `within_bin_knots`);
   a zero-width bin (quantile edges tied at the cap) is a point mass at its edge.
 - `QuantileGrid(levels, values)`: quantiles at fixed levels (the quantile readout), linear between them,
   a linear tail continued to level 0 (clipped at length 0) and level 1.
@@ -110,18 +111,48 @@ class LogNormal(LengthDistribution):
         return LogNormal(self.mu[idx], self.sigma[idx])
 
 
+def within_bin_knots(y: Any, edges: Any, n_segments: int = 20) -> np.ndarray:
+    """[K, n_segments + 1] lengths at levels 0, 1/n_segments, …, 1 inside each of the K bins: the quantiles of
+    the training lengths `y` that fall in the bin (bin_index's rule: beyond the last edge counts in the last
+    bin), with the bin's own edges as the ends so that its support is kept; an empty bin is uniform.
+
+    Why: a bin of equal-frequency edges that reaches a long tail's maximum (e.g. 700 to 7,500 tokens) holds
+    mostly lengths near its lower edge; read as uniform, a median inside it lands thousands of tokens too far."""
+    y = np.asarray(y, dtype=np.float64)
+    edges = np.asarray(edges, dtype=np.float64)
+    k = edges.size - 1
+    levels = np.linspace(0.0, 1.0, n_segments + 1)
+    idx = np.clip(np.searchsorted(edges[1:-1], y, side="right"), 0, k - 1)
+    knots = edges[:-1, None] + levels[None, :] * np.diff(edges)[:, None]  # uniform
+    for j in range(k):
+        inside = np.clip(y[idx == j], edges[j], edges[j + 1])
+        if inside.size:
+            knots[j] = np.quantile(inside, levels)
+            knots[j, 0], knots[j, -1] = edges[j], edges[j + 1]
+    return knots
+
+
 class Histogram(LengthDistribution):
-    """Bin probabilities [n, K] over shared edges [K + 1]; uniform inside a bin, a point mass in a zero-width one."""
+    """Bin probabilities [n, K] over shared edges [K + 1]. Inside bin j the mass follows `knots[j]` (lengths
+    at equally spaced levels from the bin's lower to its upper edge, linear between them; `within_bin_knots`);
+    without knots it is uniform. A zero-width bin is a point mass at its edge."""
 
     kind = "histogram"
 
-    def __init__(self, edges: Any, probs: Any) -> None:
+    def __init__(self, edges: Any, probs: Any, knots: Any = None) -> None:
         self.edges = np.asarray(edges, dtype=np.float64)
         self.probs = np.asarray(probs, dtype=np.float64)
         if self.probs.ndim != 2 or self.probs.shape[1] != self.edges.size - 1:
             raise DataError(f"Histogram: probs {self.probs.shape} do not match {self.edges.size} edges")
         if np.any(np.diff(self.edges) < 0):
             raise DataError("Histogram: edges must be non-decreasing")
+        if knots is None:
+            knots = np.stack([self.edges[:-1], self.edges[1:]], axis=1)
+        self.knots = np.asarray(knots, dtype=np.float64)
+        if self.knots.ndim != 2 or self.knots.shape[0] != self.edges.size - 1 or self.knots.shape[1] < 2:
+            raise DataError(f"Histogram: knots {self.knots.shape} do not match {self.edges.size - 1} bins")
+        if np.any(np.diff(self.knots, axis=1) < 0):
+            raise DataError("Histogram: each bin's knots must be non-decreasing")
         self.probs = self.probs / self.probs.sum(axis=1, keepdims=True)
         self.cum = np.concatenate([np.zeros((len(self.probs), 1)), np.cumsum(self.probs, axis=1)], axis=1)
 
@@ -129,28 +160,40 @@ class Histogram(LengthDistribution):
         return self.probs.shape[0]
 
     def _cdf(self, y: np.ndarray) -> np.ndarray:
-        lo, hi = self.edges[:-1], self.edges[1:]  # [K]
-        width = hi - lo
-        frac = np.where(width > 0, (y[..., None] - lo) / np.where(width > 0, width, 1.0), (y[..., None] >= lo))
-        return (np.clip(frac, 0.0, 1.0) * self.probs[:, None, :]).sum(axis=2)
+        n_seg = self.knots.shape[1] - 1
+        out = np.zeros(y.shape)
+        for j, k in enumerate(self.knots):  # the share of bin j's mass at or below y, weighted by its probability
+            if k[-1] <= k[0]:
+                within = (y >= k[0]).astype(np.float64)
+            else:
+                s = np.clip(np.searchsorted(k, y, side="right") - 1, 0, n_seg - 1)  # segment k[s] <= y < k[s + 1]
+                lo, width = k[s], k[s + 1] - k[s]
+                frac = np.clip((y - lo) / np.where(width > 0, width, 1.0), 0.0, 1.0)
+                within = np.where(y < k[0], 0.0, np.where(y >= k[-1], 1.0, (s + frac) / n_seg))
+            out += within * self.probs[:, j : j + 1]
+        return out
 
     def quantile(self, q: Any) -> np.ndarray:
         q = check_quantiles(q)
+        n_seg = self.knots.shape[1] - 1
         out = np.empty((len(self), q.size))
-        for i in range(len(self)):  # per row: invert the piecewise-linear cdf
+        for i in range(len(self)):  # per row: the bin holding level q, then the level inside that bin
             c = self.cum[i]
-            j = np.clip(np.searchsorted(c, q, side="left") - 1, 0, self.edges.size - 2)  # bin holding level q
+            j = np.clip(np.searchsorted(c, q, side="left") - 1, 0, self.edges.size - 2)
             p = np.where(self.probs[i, j] > 0, (q - c[j]) / np.where(self.probs[i, j] > 0, self.probs[i, j], 1), 0)
-            out[i] = self.edges[j] + np.clip(p, 0, 1) * (self.edges[j + 1] - self.edges[j])
+            pos = np.clip(p, 0, 1) * n_seg  # segment and position inside it, on the bin's knots
+            s = np.minimum(np.floor(pos).astype(np.int64), n_seg - 1)
+            lo = self.knots[j, s]
+            out[i] = lo + (pos - s) * (self.knots[j, s + 1] - lo)
         return out
 
     def mean(self, cap: float | None = None) -> np.ndarray:
-        if cap is None:
-            return self.probs @ ((self.edges[:-1] + self.edges[1:]) / 2)
+        if cap is None:  # each segment between two knots holds an equal share of its bin, uniformly
+            return self.probs @ ((self.knots[:, :-1] + self.knots[:, 1:]) / 2).mean(axis=1)
         return super().mean(cap)
 
     def take(self, idx: Any) -> Histogram:
-        return Histogram(self.edges, self.probs[idx])
+        return Histogram(self.edges, self.probs[idx], self.knots)
 
 
 class QuantileGrid(LengthDistribution):

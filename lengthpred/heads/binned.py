@@ -7,7 +7,9 @@ Bins (`binning`, fitted on the training targets in `fit`):
   On long-tailed lengths (p90 ≪ max) most prompts land in the first bin and the head cannot rank.
 Both span [0, max_length] (max_length=None: the training maximum); a longer target counts in the last
 bin. The MLP outputs bin logits; the prediction is Σ p̂_j c_j (`decode="expected"`) or the centre of the
-most likely bin (`decode="argmax"`).
+most likely bin (`decode="argmax"`). The predicted distribution (and its median) spreads each bin's probability
+uniformly over the bin (`within_bin="uniform"`) or like the training lengths in that bin (`"training"`:
+lengthpred.distributions.within_bin_knots), which matters where a quantile bin reaches a long tail's maximum.
 
 Loss: ce_weight · CE(soft labels) + mse_weight · MSE(Σ p̂_j c_j / max_length, y / max_length). Soft labels
 are p_j ∝ exp(−|j − bin(y)|) over bin indices (ForeLen); `soft_labels=False` gives one-hot labels (TRAIL).
@@ -28,7 +30,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
-from lengthpred.distributions import Histogram
+from lengthpred.distributions import Histogram, within_bin_knots
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
 from lengthpred.metrics import spearman_or_nan
 
@@ -45,6 +47,7 @@ def torch_threads(n: int) -> Iterator[None]:
 
 
 BINNINGS = ("quantile", "uniform")
+WITHIN_BIN = ("uniform", "training")
 
 
 def bin_edges(y: np.ndarray, n_bins: int, *, binning: str, max_length: float | None) -> np.ndarray:
@@ -110,6 +113,7 @@ class BinnedMLPHead(BaseHead):
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "max_length": [Interval(Real, 0, None, closed="neither"), None],
         "binning": [StrOptions(set(BINNINGS))],
+        "within_bin": [StrOptions(set(WITHIN_BIN))],
         "decode": [StrOptions({"expected", "argmax"})],
         "random_state": [Interval(Integral, 0, None, closed="left")],
         "n_threads": [Interval(Integral, 1, None, closed="left")],
@@ -134,6 +138,7 @@ class BinnedMLPHead(BaseHead):
         batch_size: int = 16,
         max_length: float | None = None,
         binning: str = "quantile",
+        within_bin: str = "uniform",
         decode: str = "expected",
         random_state: int = 0,
         n_threads: int = 1,
@@ -154,6 +159,7 @@ class BinnedMLPHead(BaseHead):
         self.batch_size = batch_size
         self.max_length = max_length
         self.binning = binning
+        self.within_bin = within_bin
         self.decode = decode
         self.random_state = random_state
         self.n_threads = n_threads
@@ -226,6 +232,7 @@ class BinnedMLPHead(BaseHead):
     def _init_state(self, X: np.ndarray, y: np.ndarray) -> None:
         self.bin_edges_ = bin_edges(y, self.n_bins, binning=self.binning, max_length=self.max_length)
         self.bin_centres_ = bin_centres(y, self.bin_edges_, binning=self.binning)
+        self.bin_knots_ = self._knots(y)
         self.x_mean_ = X.mean(axis=0).astype(np.float32)
         std = X.std(axis=0).astype(np.float32)
         self.x_scale_ = np.where(std > 1e-6, std, 1.0).astype(np.float32)
@@ -233,6 +240,12 @@ class BinnedMLPHead(BaseHead):
         self.module_ = self._build(X.shape[1])
         self.optimizer_ = self._make_optimizer()
         self.n_epochs_ = 0
+
+    def _knots(self, y: np.ndarray | None) -> np.ndarray:
+        """Each bin's within-bin shape (Histogram's `knots`): uniform, or the training lengths'."""
+        if self.within_bin == "training" and y is not None:
+            return within_bin_knots(y, self.bin_edges_)
+        return np.stack([self.bin_edges_[:-1], self.bin_edges_[1:]], axis=1)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.module_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
@@ -284,11 +297,11 @@ class BinnedMLPHead(BaseHead):
         return torch.softmax(logits, dim=1).double().numpy()
 
     def predict_dist(self, X: Any) -> Histogram:
-        """The bin probabilities the head computes, as a distribution: uniform inside each bin (a point mass
-        in a zero-width one). The last bin ends at the training maximum (the cap when samples were capped).
-        Its mean uses bin midpoints, `predict` the bins' training means (`bin_centres_`): they differ by less
-        than a bin's width."""
-        return Histogram(self.bin_edges_, self.predict_bins(X))
+        """The bin probabilities the head computes, as a distribution: inside each bin uniform or shaped like
+        its training lengths (`within_bin`; a point mass in a zero-width bin). The last bin ends at the
+        training maximum (the cap when samples were capped). Its mean follows that shape, `predict` uses the
+        bins' training means (`bin_centres_`): they differ by less than a bin's width."""
+        return Histogram(self.bin_edges_, self.predict_bins(X), self.bin_knots_)
 
     def predict(self, X: Any) -> np.ndarray:
         return self._decode(self.predict_bins(X))
@@ -299,10 +312,10 @@ class BinnedMLPHead(BaseHead):
         return p @ self.bin_centres_
 
     def predict_points(self, X: Any) -> Points:
-        """Mean Σ p̂_j c_j (`decode="expected"`'s prediction); median where the predicted bins' cdf (uniform
-        inside each bin, as `predict_dist`) reaches 0.5. (`predict` skips the median's per-row search.)"""
+        """Mean Σ p̂_j c_j (`decode="expected"`'s prediction); median where `predict_dist`'s cdf reaches 0.5.
+        (`predict` skips the median's per-row search.)"""
         p = self.predict_bins(X)
-        median = Histogram(self.bin_edges_, p).quantile([0.5])[:, 0] if len(p) else np.zeros(0)
+        median = Histogram(self.bin_edges_, p, self.bin_knots_).quantile([0.5])[:, 0] if len(p) else np.zeros(0)
         return Points(self._decode(p), median, p @ self.bin_centres_)
 
     # -- persistence -------------------------------------------------------------------------------
@@ -313,6 +326,7 @@ class BinnedMLPHead(BaseHead):
             "x_scale": self.x_scale_,
             "bin_edges": self.bin_edges_,
             "bin_centres": self.bin_centres_,
+            "bin_knots": self.bin_knots_,
         }
         return arrays, {"n_features_in": self.n_features_in_, "n_epochs": self.n_epochs_}
 
@@ -326,6 +340,7 @@ class BinnedMLPHead(BaseHead):
         else:  # saved before `binning` existed: equal-width bins with midpoint centres
             self.binning = "uniform"
             self.bin_centres_ = (self.bin_edges_[:-1] + self.bin_edges_[1:]) / 2
+        self.bin_knots_ = arrays["bin_knots"] if "bin_knots" in arrays else self._knots(None)  # older saves: uniform
         self.module_ = self._build(self.n_features_in_)
         state = {
             k.removeprefix("mlp."): torch.from_numpy(v) for k, v in arrays.items() if k.startswith("mlp.")
@@ -399,6 +414,7 @@ class ProbeHead(BinnedMLPHead):
         batch_size: int = 16,
         max_length: float | None = None,
         binning: str = "quantile",
+        within_bin: str = "uniform",
         decode: str = "expected",
         random_state: int = 0,
         n_threads: int = 1,

@@ -169,6 +169,7 @@ class ESTPLearnedHead(BinnedMLPHead):
         batch_size: int = 16,
         max_length: float | None = None,
         binning: str = "quantile",
+        within_bin: str = "uniform",
         decode: str = "expected",
         random_state: int = 0,
         n_threads: int = 1,
@@ -186,7 +187,8 @@ class ESTPLearnedHead(BinnedMLPHead):
         super().__init__(hidden=hidden, n_bins=n_bins, layer_norm=layer_norm, dropout=dropout,
                          soft_labels=soft_labels, ce_weight=ce_weight, mse_weight=mse_weight, lr=lr,
                          weight_decay=weight_decay, epochs=epochs, batch_size=batch_size, max_length=max_length,
-                         binning=binning, decode=decode, random_state=random_state, n_threads=n_threads,
+                         binning=binning, within_bin=within_bin, decode=decode, random_state=random_state,
+                         n_threads=n_threads,
                          early_stopping=early_stopping, validation_fraction=validation_fraction,
                          n_iter_no_change=n_iter_no_change)
         self.alpha_init = alpha_init

@@ -10,8 +10,8 @@ tokens by a monotone map fitted on the training set (score quantile → length q
 is the model's and the scale is the training set's.
 
 Points (`predict_points`): proxy_reg's median is expm1(ẑ), its mean the smeared prediction; proxy_cls's are
-the median and mean of its bucket distribution (uniform inside a bucket for the median, each bucket's mean
-training length for the mean); proxy_rank has no calibrated mean (a ranking score carries no spread), and
+the median and mean of its bucket distribution (inside a bucket uniform for the median, or shaped like the
+bucket's training lengths with `within_bin="training"`; each bucket's mean training length for the mean); proxy_rank has no calibrated mean (a ranking score carries no spread), and
 its median is the quantile map above, which is the conditional median only as far as the ranking is right.
 
 Encoder: plain `AutoModel` + `AutoTokenizer`, mean pooling over real tokens, then a linear layer.
@@ -27,14 +27,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from torch import nn
 from tqdm.auto import tqdm
 
-from lengthpred.distributions import Histogram
+from lengthpred.distributions import Histogram, within_bin_knots
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
-from lengthpred.heads.binned import torch_threads
+from lengthpred.heads.binned import WITHIN_BIN, torch_threads
 from lengthpred.heads.smearing import smeared_expm1, smearing_factor
 from lengthpred.models.specs import embedded_proxy_dir
 
@@ -63,12 +63,13 @@ def listmle_loss(scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 class ProxyHead(BaseHead):
     """Shared fine-tuning loop; subclasses set `objective` ("reg" | "cls" | "rank"). `n_buckets` is a
-    keyword of `proxy_cls` only and `group_size` of `proxy_rank` only; the class values below are what the
+    keyword of `proxy_cls` only (as is `within_bin`) and `group_size` of `proxy_rank` only; the class values below are what the
     others use (buckets are fitted and saved by every proxy; only `proxy_cls` predicts from them)."""
 
     input_kind = "texts"
     objective = "reg"
     n_buckets = 10
+    within_bin = "uniform"
     group_size = 10
     _parameter_constraints: dict = {
         "encoder": [str, None],
@@ -78,6 +79,7 @@ class ProxyHead(BaseHead):
         "lr": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "n_buckets": [Interval(Integral, 2, None, closed="left")],
+        "within_bin": [StrOptions(set(WITHIN_BIN))],
         "group_size": [Interval(Integral, 2, None, closed="left")],
         "random_state": [Interval(Integral, 0, None, closed="left")],
         "n_threads": [Interval(Integral, 1, None, closed="left")],
@@ -196,6 +198,13 @@ class ProxyHead(BaseHead):
         self.bucket_means_ = np.array(
             [y[idx == j].mean() if np.any(idx == j) else (qs[j] + qs[j + 1]) / 2 for j in range(self.n_buckets)]
         )
+        self.bucket_knots_ = self._knots(y)
+
+    def _knots(self, y: np.ndarray | None) -> np.ndarray:
+        """Each bucket's within-bucket shape for the median (Histogram's `knots`): uniform, or the training lengths'."""
+        if self.within_bin == "training" and y is not None:
+            return within_bin_knots(y, self.bucket_edges_)
+        return np.stack([self.bucket_edges_[:-1], self.bucket_edges_[1:]], axis=1)
 
     def _bucket(self, y: np.ndarray) -> np.ndarray:
         return np.clip(np.searchsorted(self.bucket_edges_[1:-1], y, side="right"), 0, self.n_buckets - 1)
@@ -260,7 +269,7 @@ class ProxyHead(BaseHead):
             mean = smeared_expm1(np.log1p(raw), self.smearing_)
             return Points(mean, raw, mean)
         p = _softmax(out)
-        median = Histogram(self.bucket_edges_, p).quantile([0.5])[:, 0] if len(p) else np.zeros(0)
+        median = Histogram(self.bucket_edges_, p, self.bucket_knots_).quantile([0.5])[:, 0] if len(p) else np.zeros(0)
         mean = p @ self.bucket_means_ if self.bucket_means_ is not None else None
         return Points(raw, median, mean)
 
@@ -272,6 +281,7 @@ class ProxyHead(BaseHead):
             "bucket_edges": self.bucket_edges_,
             "bucket_values": self.bucket_values_,
             "bucket_means": self.bucket_means_,
+            "bucket_knots": self.bucket_knots_,
             "calib_scores": self.calib_scores_,
             "calib_tokens": self.calib_tokens_,
             "target_stats": np.array([self.target_mean_, self.target_std_]),
@@ -296,6 +306,7 @@ class ProxyHead(BaseHead):
         self.encoder_.eval()
         self.bucket_edges_, self.bucket_values_ = arrays["bucket_edges"], arrays["bucket_values"]
         self.bucket_means_ = arrays.get("bucket_means")  # None in saves before it: proxy_cls then has no mean
+        self.bucket_knots_ = arrays["bucket_knots"] if "bucket_knots" in arrays else self._knots(None)  # older: uniform
         self.calib_scores_, self.calib_tokens_ = arrays["calib_scores"], arrays["calib_tokens"]
         self.target_mean_, self.target_std_ = (float(v) for v in arrays["target_stats"])
         self.smearing_ = float(arrays["smearing"][0]) if "smearing" in arrays else 1.0  # older saves: expm1
@@ -335,13 +346,14 @@ class ProxyClsHead(ProxyHead):
     name = "proxy_cls"
     objective = "cls"
 
-    def __init__(self, *, n_buckets: int = 10, encoder: str | None = None, max_seq_len: int = 256,
-                 epochs: int = 3, batch_size: int = 16, lr: float = 5e-5, weight_decay: float = 0.01,
-                 random_state: int = 0, n_threads: int = 1, progress: bool = True) -> None:
+    def __init__(self, *, n_buckets: int = 10, within_bin: str = "uniform", encoder: str | None = None,
+                 max_seq_len: int = 256, epochs: int = 3, batch_size: int = 16, lr: float = 5e-5,
+                 weight_decay: float = 0.01, random_state: int = 0, n_threads: int = 1, progress: bool = True) -> None:
         super().__init__(encoder=encoder, max_seq_len=max_seq_len, epochs=epochs, batch_size=batch_size, lr=lr,
                          weight_decay=weight_decay, random_state=random_state, n_threads=n_threads,
                          progress=progress)
         self.n_buckets = n_buckets
+        self.within_bin = within_bin
 
 
 @HEADS.register("proxy_rank")
