@@ -2,9 +2,11 @@
 
     python scripts/serve_ttft_anatomy.py RUN_DIR [--window-s 10]
 
-prints three Markdown tables per policy: requests admitted at once (in both the real run and the replay) against
-those that waited for a slot; how much 1% of step time moves a run's mean TTFT and JCT; and the spread of the
-machine's speed (measured / modelled step time) over windows of --window-s seconds inside a run.
+prints four Markdown tables per policy: requests admitted at once (in both the real run and the replay) against
+those that waited for a slot; how much 1% of step time moves a run's mean TTFT and JCT; the spread of the
+machine's speed (measured / modelled step time) over windows of --window-s seconds inside a run; and, replayed
+while tracking the engine's speed over 2 s windows (as `serve.speed_window_s=2`), the mean TTFT's error per run
+with and without the two requests whose first token moved most, and their share of the run's TTFT error.
 """
 
 from __future__ import annotations
@@ -52,7 +54,11 @@ def main(argv: list[str]) -> int:
     print("Per 1% of step time (own speed × 1.01 vs × 0.99), mean over runs:\n")
     print(runs_table(run, {"ttft": "abs Δ mean TTFT / real", "jct": "abs Δ mean JCT / real"}))
     print(f"The machine's speed inside a run, over {window_s:g} s windows, mean over runs:\n")
-    print(runs_table(run, {"window_sd": "SD of measured / modelled step time (÷ run drift)"}), end="")
+    print(runs_table(run, {"window_sd": "SD of measured / modelled step time (÷ run drift)"}))
+    print("Tracking the engine's speed over 2 s windows (out of sample within the run), mean over runs:\n")
+    print(runs_table(run, {"ttft_tracked": "abs err of mean TTFT", "ttft_tracked_wo_movers":
+                           "the same without its 2 largest movers", "movers_share": "their share of Σ abs TTFT err"}),
+          end="")
     return 0
 
 

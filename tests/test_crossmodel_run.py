@@ -191,11 +191,11 @@ def test_refusals_before_any_work(tmp_path, tiny_model, tokenizer):
 
 def test_experiment_config_for_the_embedded_model():
     from lengthpred.data.castillo import MODELS as ALL13
-    from lengthpred.stages.castillo import _feature_columns, head_specs
+    from lengthpred.stages.castillo import feature_columns, head_specs
 
     cfg = compose_cfg(["experiment=castillo"])
     specs = {s.name: s for s in head_specs(cfg, list(ALL13))}
-    assert _feature_columns(cfg, list(specs.values())) == ["hs.L20.entropy", "hs.L20.last"]
+    assert feature_columns(cfg, list(specs.values())) == ["hs.L20.entropy", "hs.L20.last"]
     assert len(specs["linear"].targets) == 14 and specs["proxy_rank"].targets == ("all-models", L31)
     assert specs["egtp"].settings.n_seeds == specs["probe"].settings.n_seeds == 3  # seed spread shown in T7
     assert specs["proxy_reg"].settings.search.subsample == 128

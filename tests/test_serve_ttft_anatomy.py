@@ -16,7 +16,7 @@ from lengthpred.serve.experiment import ServeSettings, run_grid
 from lengthpred.serve.fake import FakeEngine
 from lengthpred.serve.fidelity import at_speed, simulate_run
 from lengthpred.serve.predictor import NoPredictor
-from lengthpred.serve.ttft_anatomy import load_stored, sensitivity, summarize
+from lengthpred.serve.ttft_anatomy import load_stored, sensitivity, summarize, tracked_movers
 
 from .test_serve import PROF, _pool
 
@@ -49,6 +49,20 @@ def test_an_exact_replay_leaves_no_ttft_error_in_either_group(tmp_path):
     assert len(run) == 4 and (run["ttft"] > 0).all() and (run["jct"] > 0).all()  # slower steps, longer waits
     assert (run["ttft"] > run["jct"]).all()  # the queue amplifies step time into TTFT more than into JCT
     np.testing.assert_allclose(run["window_sd"], 0.0, atol=1e-9)  # the fake machine never wanders
+    np.testing.assert_allclose(run[["ttft_tracked", "ttft_tracked_wo_movers"]], 0.0, atol=1e-6)  # tracking: exact
+
+
+def test_the_two_largest_movers_are_left_out_and_their_share_reported(tmp_path):
+    stored = load_stored(_stored(tmp_path, PROF))
+    _, pol, reqs, steps = next(stored.runs())
+    moved = reqs.copy()
+    i = int(np.flatnonzero(np.isfinite(moved["first_token"].to_numpy(float)))[3])
+    moved.loc[i, "first_token"] += 5.0  # the real run's request i waited 5 s longer than the exact replay says
+    exact = tracked_movers(reqs, steps, PROF, pol, skip=0)
+    got = tracked_movers(moved, steps, PROF, pol, skip=0)
+    assert abs(exact["ttft_tracked"]) < 1e-6
+    assert got["ttft_tracked"] < -0.05  # the replay's mean TTFT is now short of the real one
+    assert abs(got["ttft_tracked_wo_movers"]) < 1e-6 and got["movers_share"] == pytest.approx(1.0)
 
 
 def test_a_machine_one_percent_slower_is_missed_in_the_direction_the_sensitivity_says(tmp_path):
@@ -62,14 +76,14 @@ def test_a_machine_one_percent_slower_is_missed_in_the_direction_the_sensitivity
         assert ttft > 0 and miss < 0 and abs(miss) == pytest.approx(ttft, rel=0.2)
 
 
-def test_the_script_prints_three_tables_and_refuses_a_folder_that_is_no_serve_run(tmp_path, capsys):
+def test_the_script_prints_four_tables_and_refuses_a_folder_that_is_no_serve_run(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("serve_ttft_anatomy", REPO_ROOT / "scripts/serve_ttft_anatomy.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     (tmp_path / "run").mkdir()
     assert script.main([str(_stored(tmp_path / "run", PROF)), "--window-s", "2"]) == 0
     out = capsys.readouterr().out
-    assert out.count("| policy |") == 3 and "| fcfs | 2 |" in out and "| all |" in out
+    assert out.count("| policy |") == 4 and "largest movers" in out and "| fcfs | 2 |" in out and "| all |" in out
     assert script.main([str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "not a serve run folder" in err and err.count("\n") == 1

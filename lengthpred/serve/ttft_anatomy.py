@@ -3,7 +3,10 @@
 Each run is replayed on the profile at its own measured speed (`at_speed` × `step_drift`) and its requests are
 split: admitted at once (at the first step boundary after they entered) in both the real run and the replay, or
 waited for a slot in either. `sensitivity`: how much 1% of step time moves a run's mean TTFT and JCT;
-`window_spread`: how much the machine's speed wanders inside a run (`speed_windows`).
+`window_spread`: how much the machine's speed wanders inside a run (`speed_windows`). `tracked_movers`: replayed
+while tracking the engine's speed (`tracked_windows`, as `serve.speed_window_s`), how much of a run's TTFT error
+its few requests with the largest first-token moves carry (a slot freed a moment earlier or later reorders a
+priority queue, and a request that loses its place waits seconds).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pandas as pd
 
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.serve.experiment import KEYS, ServeSettings
-from lengthpred.serve.fidelity import at_speed, simulate_run, speed_windows, step_drift
+from lengthpred.serve.fidelity import at_speed, simulate_run, speed_windows, step_drift, tracked_windows
 from lengthpred.serve.priority import ServePolicy, by_sim_policy
 from lengthpred.serve.profile_fit import model_step_times, profile_from_dict
 from lengthpred.serve.replay import STEP_COLUMNS
@@ -115,13 +118,41 @@ def window_spread(steps: pd.DataFrame, profile: HardwareProfile, window_s: float
     return float(np.std(f, ddof=1) / step_drift(steps, profile, skip)) if len(f) > 1 else math.nan
 
 
-def summarize(stored: StoredServe, window_s: float = 10.0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(every request's `anatomy` row, one row per run with its `sensitivity` and `window_spread`), both with
-    the run's policy."""
-    s, per_req, per_run = stored.settings, [], []
+def tracked_movers(requests: pd.DataFrame, steps: pd.DataFrame, profile: HardwareProfile, policy: ServePolicy,
+                   sim: dict | None = None, skip: int = 2, window_s: float = 2.0, start: float = 1.0,
+                   k: int = 2) -> dict[str, float]:
+    """One run replayed while tracking its speed over `window_s` s windows (`tracked_windows` from `start`, e.g.
+    the previous run's drift): the signed relative error of its mean TTFT (`ttft_tracked`), the same without the
+    `k` requests whose first token moved most either way (`ttft_tracked_wo_movers`), and those requests' share
+    of the run's summed |first-token error| (`movers_share`)."""
+    slow = tracked_windows(steps, profile, window_s, skip, start)
+    simr = simulate_run(requests, policy, profile, sim, slowdown=slow)
+    real = (requests["first_token"] - requests["arrival"]).to_numpy(float)
+    got = (simr["first_token"] - simr["arrival"]).to_numpy(float)
+    ok = np.isfinite(real) & np.isfinite(got)
+    real, got = real[ok], got[ok]
+    if len(real) <= k:
+        return {"ttft_tracked": math.nan, "ttft_tracked_wo_movers": math.nan, "movers_share": math.nan}
+    err = np.abs(got - real)
+    keep = np.ones(len(real), bool)
+    keep[np.argsort(-err, kind="stable")[:k]] = False
+    return {"ttft_tracked": float(got.mean() / real.mean() - 1),
+            "ttft_tracked_wo_movers": float(got[keep].mean() / real[keep].mean() - 1),
+            "movers_share": float(err[~keep].sum() / err.sum()) if err.sum() > 0 else 0.0}
+
+
+def summarize(stored: StoredServe, window_s: float = 10.0, tracked_s: float = 2.0
+              ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(every request's `anatomy` row, one row per run with its `sensitivity`, `window_spread` and
+    `tracked_movers` at `tracked_s` s windows, each run starting from the previous run's drift as the serve
+    stage's tracking does), both with the run's policy."""
+    s, per_req, per_run, prev = stored.settings, [], [], 1.0
     for name, pol, reqs, st in stored.runs():
         per_req.append(anatomy(reqs, st, stored.profile, pol, s.sim, s.fit_skip).assign(policy=name))
         ttft, jct = sensitivity(reqs, st, stored.profile, pol, s.sim, s.fit_skip)
+        start = prev if math.isfinite(prev) and prev > 0 else 1.0
+        movers = tracked_movers(reqs, st, stored.profile, pol, s.sim, s.fit_skip, tracked_s, start)
+        prev = step_drift(st, stored.profile, s.fit_skip)
         per_run.append({"policy": name, "ttft": ttft, "jct": jct,
-                        "window_sd": window_spread(st, stored.profile, window_s, s.fit_skip)})
+                        "window_sd": window_spread(st, stored.profile, window_s, s.fit_skip)} | movers)
     return pd.concat(per_req, ignore_index=True), pd.DataFrame(per_run)

@@ -138,7 +138,7 @@ def _check_heads(cm: DictConfig, specs: list[HeadSpec]) -> None:
         raise ConfigError(f"crossmodel.transfer_heads: {extra} are not among the heads {sorted(names)}")
 
 
-def _feature_columns(cfg: DictConfig, specs: list[HeadSpec]) -> list[str]:
+def feature_columns(cfg: DictConfig, specs: Sequence[HeadSpec]) -> list[str]:
     """The columns the heads read, checked against the features config before any extraction."""
     settings = feature_settings(cfg)
     cols = []
@@ -158,29 +158,19 @@ def _write_union(union: PromptUnion, out: Path) -> None:
     union.table.save(d / "lengths.npz")
 
 
-def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tokenizer: Any = None) -> dict[str, Any]:
-    """Run every stage (module docstring); `model`/`tokenizer` replace the configured serving model (tests)."""
-    cm, data = cfg.crossmodel, cfg.data
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    timer = Timer()
-    seed = int(data.seed)
-    with timer.stage("union"):
-        union = load_union(data)
-        specs = head_specs(cfg, union.table.models)
-        _check_heads(cm, specs)
-        columns = _feature_columns(cfg, specs)
-        _write_union(union, out)
-    table, dataset_of = union.table, union.dataset_of
-    with timer.stage("split"):
-        chosen = sample_per_dataset(table.ids, dataset_of, data.per_dataset, seed)
-        split = stratified_split(chosen, dataset_of, data.split, seed)
-        cov = coverage(table, split, dataset_of)
-        warnings = coverage_warnings(cov, int(cm.min_train), int(cm.min_test))
-        for w in warnings:
-            log.warning("castillo: %s", w)
-        (out / "split.json").write_text(json.dumps(split, indent=1) + "\n")
-        cov.to_csv(out / "coverage.csv", index=False)
+def split_prompts(cfg: DictConfig, union: PromptUnion) -> tuple[list[str], dict[str, list[str]]]:
+    """The prompts a run reads (`data.per_dataset` of each dataset) and their train/val/test split (`data.seed`)."""
+    seed = int(cfg.data.seed)
+    chosen = sample_per_dataset(union.table.ids, union.dataset_of, cfg.data.per_dataset, seed)
+    return chosen, stratified_split(chosen, union.dataset_of, cfg.data.split, seed)
+
+
+def prompt_inputs(cfg: DictConfig, union: PromptUnion, chosen: Sequence[str], columns: Sequence[str], *,
+                  model: Any = None, tokenizer: Any = None, timer: Timer | None = None
+                  ) -> tuple[PromptInputs, dict[str, int]]:
+    """What the heads read for the `chosen` prompts (token counts, texts and the prefill feature `columns`,
+    extracted or read from the feature cache), and each prompt's token count."""
+    timer = timer or Timer()
     by_id = {r["id"]: r for r in union.records}
     records = [by_id[i] for i in chosen]
     with timer.stage("tokens"):
@@ -192,7 +182,32 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
         with timer.stage("features"):
             prompts = [{"id": r["id"], "messages": r["messages"]} for r in records]
             features = ensure_features(cfg, prompts, model=model, tokenizer=tokenizer)
-    inputs = PromptInputs.build(records, features, columns, n_tokens)
+    return PromptInputs.build(records, features, list(columns), n_tokens), n_tokens
+
+
+def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tokenizer: Any = None) -> dict[str, Any]:
+    """Run every stage (module docstring); `model`/`tokenizer` replace the configured serving model (tests)."""
+    cm, data = cfg.crossmodel, cfg.data
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    timer = Timer()
+    seed = int(data.seed)
+    with timer.stage("union"):
+        union = load_union(data)
+        specs = head_specs(cfg, union.table.models)
+        _check_heads(cm, specs)
+        columns = feature_columns(cfg, specs)
+        _write_union(union, out)
+    table, dataset_of = union.table, union.dataset_of
+    with timer.stage("split"):
+        chosen, split = split_prompts(cfg, union)
+        cov = coverage(table, split, dataset_of)
+        warnings = coverage_warnings(cov, int(cm.min_train), int(cm.min_test))
+        for w in warnings:
+            log.warning("castillo: %s", w)
+        (out / "split.json").write_text(json.dumps(split, indent=1) + "\n")
+        cov.to_csv(out / "coverage.csv", index=False)
+    inputs, n_tokens = prompt_inputs(cfg, union, chosen, columns, model=model, tokenizer=tokenizer, timer=timer)
     fits_frames, pred_frames = [], []
     cache = FitCache(resolve(str(cm.fit_cache))) if cm.get("fit_cache") else None
     for kind in ("heads", "proxy_heads"):
