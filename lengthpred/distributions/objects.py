@@ -117,7 +117,9 @@ def within_bin_knots(y: Any, edges: Any, n_segments: int = 20) -> np.ndarray:
     bin), with the bin's own edges as the ends so that its support is kept; an empty bin is uniform.
 
     Why: a bin of equal-frequency edges that reaches a long tail's maximum (e.g. 700 to 7,500 tokens) holds
-    mostly lengths near its lower edge; read as uniform, a median inside it lands thousands of tokens too far."""
+    mostly lengths near its lower edge; read as uniform, a median inside it lands thousands of tokens too far.
+    Pinning the end knots to the edges keeps 1/n_segments of the bin's mass on each side between the edge and the
+    nearest training length (a bin whose lengths are all 5 spreads 5% over [lo, 5] and 5% over [5, hi])."""
     y = np.asarray(y, dtype=np.float64)
     edges = np.asarray(edges, dtype=np.float64)
     k = edges.size - 1

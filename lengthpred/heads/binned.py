@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from collections.abc import Callable, Iterator
 from numbers import Integral, Real
 from typing import Any
@@ -33,6 +34,8 @@ from torch import nn
 from lengthpred.distributions import Histogram, within_bin_knots
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
 from lengthpred.metrics import spearman_or_nan
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -81,6 +84,19 @@ def bin_centres(y: np.ndarray, edges: np.ndarray, *, binning: str) -> np.ndarray
     sums = np.bincount(idx, weights=np.clip(y, edges[0], edges[-1]), minlength=k)
     counts = np.bincount(idx, minlength=k)
     return np.where(counts > 0, sums / np.maximum(counts, 1), mid)
+
+
+def saved_knots(head: Any, knots: np.ndarray | None, uniform: Callable[[None], np.ndarray]) -> np.ndarray:
+    """A loaded head's within-bin shape (`bin_knots` / `bucket_knots`). A save without one predates `within_bin`
+    and was read uniformly: the head's `within_bin` is set to say so (with a warning if it claimed otherwise),
+    so that its setting never names a reading it does not apply."""
+    if knots is not None:
+        return knots
+    if head.within_bin != "uniform":
+        log.warning("%s: the save has no within-bin shape (written before within_bin existed); its bins are "
+                    "read uniformly", head.name)
+    head.within_bin = "uniform"
+    return uniform(None)
 
 
 def build_mlp(d: int, hidden: int, k: int, *, layer_norm: bool, dropout: float) -> nn.Sequential:
@@ -247,6 +263,10 @@ class BinnedMLPHead(BaseHead):
             return within_bin_knots(y, self.bin_edges_)
         return np.stack([self.bin_edges_[:-1], self.bin_edges_[1:]], axis=1)
 
+    def _saved_knots(self, knots: np.ndarray | None) -> np.ndarray:
+        """The loaded within-bin shape; a save from before `within_bin` read its bins uniformly, and says so."""
+        return saved_knots(self, knots, self._knots)
+
     def _make_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.module_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
 
@@ -340,7 +360,7 @@ class BinnedMLPHead(BaseHead):
         else:  # saved before `binning` existed: equal-width bins with midpoint centres
             self.binning = "uniform"
             self.bin_centres_ = (self.bin_edges_[:-1] + self.bin_edges_[1:]) / 2
-        self.bin_knots_ = arrays["bin_knots"] if "bin_knots" in arrays else self._knots(None)  # older saves: uniform
+        self.bin_knots_ = self._saved_knots(arrays.get("bin_knots"))
         self.module_ = self._build(self.n_features_in_)
         state = {
             k.removeprefix("mlp."): torch.from_numpy(v) for k, v in arrays.items() if k.startswith("mlp.")

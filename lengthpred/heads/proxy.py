@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from lengthpred.distributions import Histogram, within_bin_knots
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
-from lengthpred.heads.binned import WITHIN_BIN, torch_threads
+from lengthpred.heads.binned import WITHIN_BIN, saved_knots, torch_threads
 from lengthpred.heads.smearing import smeared_expm1, smearing_factor
 from lengthpred.models.specs import embedded_proxy_dir
 
@@ -306,7 +306,7 @@ class ProxyHead(BaseHead):
         self.encoder_.eval()
         self.bucket_edges_, self.bucket_values_ = arrays["bucket_edges"], arrays["bucket_values"]
         self.bucket_means_ = arrays.get("bucket_means")  # None in saves before it: proxy_cls then has no mean
-        self.bucket_knots_ = arrays["bucket_knots"] if "bucket_knots" in arrays else self._knots(None)  # older: uniform
+        self.bucket_knots_ = saved_knots(self, arrays.get("bucket_knots"), self._knots)
         self.calib_scores_, self.calib_tokens_ = arrays["calib_scores"], arrays["calib_tokens"]
         self.target_mean_, self.target_std_ = (float(v) for v in arrays["target_stats"])
         self.smearing_ = float(arrays["smearing"][0]) if "smearing" in arrays else 1.0  # older saves: expm1
