@@ -129,3 +129,30 @@ def test_a_save_without_a_within_bin_shape_is_read_uniformly_and_says_so(tmp_pat
     assert loaded.within_bin == "uniform" and "read uniformly" in caplog.text
     uniform = Histogram(head.bin_edges_, head.predict_bins(X)).quantile([0.5])[:, 0]
     np.testing.assert_allclose(loaded.predict_points(X).median, uniform)
+
+
+def test_within_bin_validation_takes_the_reading_with_the_lower_validation_mae(tmp_path):
+    """`within_bin="validation"`: uniform until tuned; `tune_on_validation` (run_training calls it with the val
+    split) keeps the reading whose median has the lower MAE there, and a save keeps the choice."""
+    from lengthpred.heads import HeadSettings, LabeledSet, run_training
+    from lengthpred.heads.base import HeadInput
+
+    X, y = long_tailed(600, 0)
+    Xv, yv = long_tailed(200, 7)
+    head = build_head("probe", within_bin="validation", **FAST["probe"]).fit(X, y)
+    uniform = build_head("probe", within_bin="uniform", **FAST["probe"]).fit(X, y)
+    shaped = build_head("probe", within_bin="training", **FAST["probe"]).fit(X, y)
+    assert head.within_bin_ == "uniform"
+    np.testing.assert_array_equal(head.predict_points(Xv).median, uniform.predict_points(Xv).median)
+    head.tune_on_validation(Xv, yv)
+    mae = {w: np.abs(h.predict_points(Xv).median - yv).mean() for w, h in (("uniform", uniform), ("training", shaped))}
+    assert head.within_bin_ == min(mae, key=mae.get) == "training"  # the long last bin: shaped wins
+    assert head.within_bin_mae_ == pytest.approx(mae)
+    np.testing.assert_array_equal(head.predict_points(Xv).median, shaped.predict_points(Xv).median)
+    loaded = load_head(head.save(tmp_path / "h"))
+    assert loaded.within_bin_ == "training"
+    np.testing.assert_array_equal(loaded.predict_points(Xv).median, shaped.predict_points(Xv).median)
+    sets = [LabeledSet(HeadInput([f"{k}{i}" for i in range(len(b))], features=a), b)
+            for k, (a, b) in enumerate(((X, y), (Xv, yv), (Xv, yv)))]
+    fitted, _, _ = run_training("probe", HeadSettings(params={**FAST["probe"], "within_bin": "validation"}), *sets)
+    assert fitted.within_bin_ == "training"  # run_training tuned it on its val split

@@ -128,3 +128,23 @@ def test_proxy_points_median_and_mean(name, tiny_encoder, tmp_path):
         np.testing.assert_allclose(p.mean, probs @ head.bucket_means_)
     loaded = load_head(head.save(tmp_path / name))
     np.testing.assert_allclose(loaded.predict_points(texts[30:]).mean, p.mean, rtol=1e-6)
+
+
+def test_proxy_cls_chooses_its_within_bucket_reading_on_validation(tiny_encoder, tmp_path):
+    """`within_bin="validation"`: the bucket reading with the lower MAE of the median on the val texts, kept by
+    a save; the uniform reading until then. Training is the same either way."""
+    from lengthpred.distributions import Histogram
+
+    texts, y = texts_and_lengths(40)
+    head = make("proxy_cls", tiny_encoder, within_bin="validation").fit(texts[:30], y[:30])
+    assert head.within_bin_ == "uniform"
+    head.tune_on_validation(texts[30:], y[30:])
+    probs = torch.softmax(torch.from_numpy(head._outputs(texts[30:])), dim=1).numpy()
+    mae = {w: np.abs(Histogram(head.bucket_edges_, probs, k).quantile([0.5])[:, 0] - y[30:]).mean()
+           for w, k in (("uniform", head._uniform_knots()), ("training", head.shaped_knots_))}
+    assert head.within_bin_mae_ == pytest.approx(mae)
+    assert head.within_bin_ == ("training" if mae["training"] < mae["uniform"] else "uniform")
+    loaded = load_head(head.save(tmp_path / "cls"))
+    assert loaded.within_bin_ == head.within_bin_
+    np.testing.assert_allclose(loaded.predict_points(texts[30:]).median, head.predict_points(texts[30:]).median,
+                               rtol=1e-5)

@@ -163,6 +163,11 @@ class BaseHead(RegressorMixin, BaseEstimator):
         """Estimated mean length per row: the point squared error rewards."""
         return self.predict_point(X, "mean")
 
+    def tune_on_validation(self, X: Any, y: Any) -> BaseHead:
+        """Choices a fitted head makes on validation data (never test), after its fit: none by default.
+        `run_training` calls it with the fit's validation split (the binned heads' `within_bin="validation"`)."""
+        return self
+
     # -- persistence -------------------------------------------------------------------------------
     def _state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         raise NotImplementedError

@@ -9,7 +9,9 @@ Both span [0, max_length] (max_length=None: the training maximum); a longer targ
 bin. The MLP outputs bin logits; the prediction is Σ p̂_j c_j (`decode="expected"`) or the centre of the
 most likely bin (`decode="argmax"`). The predicted distribution (and its median) spreads each bin's probability
 uniformly over the bin (`within_bin="uniform"`) or like the training lengths in that bin (`"training"`:
-lengthpred.distributions.within_bin_knots), which matters where a quantile bin reaches a long tail's maximum.
+lengthpred.distributions.within_bin_knots), which matters where a quantile bin reaches a long tail's maximum;
+`"validation"` takes whichever of the two gives the lower MAE of the median on the validation split
+(`tune_on_validation`, `within_bin_`; uniform until tuned).
 
 Loss: ce_weight · CE(soft labels) + mse_weight · MSE(Σ p̂_j c_j / max_length, y / max_length). Soft labels
 are p_j ∝ exp(−|j − bin(y)|) over bin indices (ForeLen); `soft_labels=False` gives one-hot labels (TRAIL).
@@ -50,7 +52,7 @@ def torch_threads(n: int) -> Iterator[None]:
 
 
 BINNINGS = ("quantile", "uniform")
-WITHIN_BIN = ("uniform", "training")
+WITHIN_BIN = ("uniform", "training", "validation")
 
 
 def bin_edges(y: np.ndarray, n_bins: int, *, binning: str, max_length: float | None) -> np.ndarray:
@@ -86,7 +88,16 @@ def bin_centres(y: np.ndarray, edges: np.ndarray, *, binning: str) -> np.ndarray
     return np.where(counts > 0, sums / np.maximum(counts, 1), mid)
 
 
-def saved_knots(head: Any, knots: np.ndarray | None, uniform: Callable[[None], np.ndarray]) -> np.ndarray:
+def choose_knots(edges: np.ndarray, probs: np.ndarray, y: np.ndarray, uniform: np.ndarray, shaped: np.ndarray
+                 ) -> tuple[str, np.ndarray, dict[str, float]]:
+    """("uniform" | "training", its knots, both readings' MAE of the median on y): the lower MAE, a tie uniform."""
+    mae = {name: float(np.abs(Histogram(edges, probs, k).quantile([0.5])[:, 0] - y).mean())
+           for name, k in (("uniform", uniform), ("training", shaped))}
+    pick = "training" if mae["training"] < mae["uniform"] else "uniform"
+    return pick, (shaped if pick == "training" else uniform), mae
+
+
+def saved_knots(head: Any, knots: np.ndarray | None, uniform: Callable[[], np.ndarray]) -> np.ndarray:
     """A loaded head's within-bin shape (`bin_knots` / `bucket_knots`). A save without one predates `within_bin`
     and was read uniformly: the head's `within_bin` is set to say so (with a warning if it claimed otherwise),
     so that its setting never names a reading it does not apply."""
@@ -96,7 +107,7 @@ def saved_knots(head: Any, knots: np.ndarray | None, uniform: Callable[[None], n
         log.warning("%s: the save has no within-bin shape (written before within_bin existed); its bins are "
                     "read uniformly", head.name)
     head.within_bin = "uniform"
-    return uniform(None)
+    return uniform()
 
 
 def build_mlp(d: int, hidden: int, k: int, *, layer_norm: bool, dropout: float) -> nn.Sequential:
@@ -248,7 +259,9 @@ class BinnedMLPHead(BaseHead):
     def _init_state(self, X: np.ndarray, y: np.ndarray) -> None:
         self.bin_edges_ = bin_edges(y, self.n_bins, binning=self.binning, max_length=self.max_length)
         self.bin_centres_ = bin_centres(y, self.bin_edges_, binning=self.binning)
-        self.bin_knots_ = self._knots(y)
+        self.shaped_knots_ = within_bin_knots(y, self.bin_edges_) if self.within_bin != "uniform" else None
+        self.within_bin_ = "training" if self.within_bin == "training" else "uniform"
+        self.bin_knots_ = self.shaped_knots_ if self.within_bin_ == "training" else self._uniform_knots()
         self.x_mean_ = X.mean(axis=0).astype(np.float32)
         std = X.std(axis=0).astype(np.float32)
         self.x_scale_ = np.where(std > 1e-6, std, 1.0).astype(np.float32)
@@ -257,15 +270,20 @@ class BinnedMLPHead(BaseHead):
         self.optimizer_ = self._make_optimizer()
         self.n_epochs_ = 0
 
-    def _knots(self, y: np.ndarray | None) -> np.ndarray:
-        """Each bin's within-bin shape (Histogram's `knots`): uniform, or the training lengths'."""
-        if self.within_bin == "training" and y is not None:
-            return within_bin_knots(y, self.bin_edges_)
+    def _uniform_knots(self) -> np.ndarray:
+        """Histogram `knots` that read every bin uniformly."""
         return np.stack([self.bin_edges_[:-1], self.bin_edges_[1:]], axis=1)
 
-    def _saved_knots(self, knots: np.ndarray | None) -> np.ndarray:
-        """The loaded within-bin shape; a save from before `within_bin` read its bins uniformly, and says so."""
-        return saved_knots(self, knots, self._knots)
+    def tune_on_validation(self, X: Any, y: Any) -> BinnedMLPHead:
+        """With `within_bin="validation"`: read the bins uniformly or on their training lengths, whichever gives
+        the lower MAE of the median on (X, y); a tie keeps uniform. Records `within_bin_` and both MAEs."""
+        check_is_fitted(self)
+        if self.within_bin != "validation" or self.shaped_knots_ is None:
+            return self
+        p = self.predict_bins(X)
+        self.within_bin_, self.bin_knots_, self.within_bin_mae_ = choose_knots(
+            self.bin_edges_, p, check_targets(y, len(p)), self._uniform_knots(), self.shaped_knots_)
+        return self
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.module_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
@@ -348,7 +366,10 @@ class BinnedMLPHead(BaseHead):
             "bin_centres": self.bin_centres_,
             "bin_knots": self.bin_knots_,
         }
-        return arrays, {"n_features_in": self.n_features_in_, "n_epochs": self.n_epochs_}
+        if self.shaped_knots_ is not None:
+            arrays["bin_knots_shaped"] = self.shaped_knots_
+        return arrays, {"n_features_in": self.n_features_in_, "n_epochs": self.n_epochs_,
+                        "within_bin": self.within_bin_}
 
     def _set_state(self, arrays, meta, path):
         self.n_features_in_ = int(meta["n_features_in"])
@@ -360,7 +381,9 @@ class BinnedMLPHead(BaseHead):
         else:  # saved before `binning` existed: equal-width bins with midpoint centres
             self.binning = "uniform"
             self.bin_centres_ = (self.bin_edges_[:-1] + self.bin_edges_[1:]) / 2
-        self.bin_knots_ = self._saved_knots(arrays.get("bin_knots"))
+        self.bin_knots_ = saved_knots(self, arrays.get("bin_knots"), self._uniform_knots)
+        self.shaped_knots_ = arrays.get("bin_knots_shaped")
+        self.within_bin_ = str(meta.get("within_bin", "uniform" if self.within_bin == "validation" else self.within_bin))
         self.module_ = self._build(self.n_features_in_)
         state = {
             k.removeprefix("mlp."): torch.from_numpy(v) for k, v in arrays.items() if k.startswith("mlp.")

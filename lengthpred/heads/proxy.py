@@ -11,7 +11,8 @@ is the model's and the scale is the training set's.
 
 Points (`predict_points`): proxy_reg's median is expm1(ẑ), its mean the smeared prediction; proxy_cls's are
 the median and mean of its bucket distribution (inside a bucket uniform for the median, or shaped like the
-bucket's training lengths with `within_bin="training"`; each bucket's mean training length for the mean); proxy_rank has no calibrated mean (a ranking score carries no spread), and
+bucket's training lengths with `within_bin="training"`, or the better of the two on validation with `"validation"`;
+each bucket's mean training length for the mean); proxy_rank has no calibrated mean (a ranking score carries no spread), and
 its median is the quantile map above, which is the conditional median only as far as the ranking is right.
 
 Encoder: plain `AutoModel` + `AutoTokenizer`, mean pooling over real tokens, then a linear layer.
@@ -34,7 +35,7 @@ from tqdm.auto import tqdm
 
 from lengthpred.distributions import Histogram, within_bin_knots
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
-from lengthpred.heads.binned import WITHIN_BIN, saved_knots, torch_threads
+from lengthpred.heads.binned import WITHIN_BIN, choose_knots, saved_knots, torch_threads
 from lengthpred.heads.smearing import smeared_expm1, smearing_factor
 from lengthpred.models.specs import embedded_proxy_dir
 
@@ -198,13 +199,26 @@ class ProxyHead(BaseHead):
         self.bucket_means_ = np.array(
             [y[idx == j].mean() if np.any(idx == j) else (qs[j] + qs[j + 1]) / 2 for j in range(self.n_buckets)]
         )
-        self.bucket_knots_ = self._knots(y)
+        self.shaped_knots_ = within_bin_knots(y, self.bucket_edges_) if self.within_bin != "uniform" else None
+        self.within_bin_ = "training" if self.within_bin == "training" else "uniform"
+        self.bucket_knots_ = self.shaped_knots_ if self.within_bin_ == "training" else self._uniform_knots()
 
-    def _knots(self, y: np.ndarray | None) -> np.ndarray:
-        """Each bucket's within-bucket shape for the median (Histogram's `knots`): uniform, or the training lengths'."""
-        if self.within_bin == "training" and y is not None:
-            return within_bin_knots(y, self.bucket_edges_)
+    def _uniform_knots(self) -> np.ndarray:
+        """Histogram `knots` that read every bucket uniformly (proxy_cls's median)."""
         return np.stack([self.bucket_edges_[:-1], self.bucket_edges_[1:]], axis=1)
+
+    def tune_on_validation(self, X: Any, y: Any) -> ProxyHead:
+        """proxy_cls with `within_bin="validation"`: its buckets read uniformly or on their training lengths,
+        whichever gives the lower MAE of the median on (X, y), as the binned heads do (`within_bin_`)."""
+        check_is_fitted(self)
+        if self.objective != "cls" or self.within_bin != "validation" or self.shaped_knots_ is None:
+            return self
+        texts = _texts(X)
+        with torch_threads(self.n_threads):
+            p = _softmax(self._outputs(texts))
+        self.within_bin_, self.bucket_knots_, self.within_bin_mae_ = choose_knots(
+            self.bucket_edges_, p, check_targets(y, len(texts)), self._uniform_knots(), self.shaped_knots_)
+        return self
 
     def _bucket(self, y: np.ndarray) -> np.ndarray:
         return np.clip(np.searchsorted(self.bucket_edges_[1:-1], y, side="right"), 0, self.n_buckets - 1)
@@ -287,7 +301,9 @@ class ProxyHead(BaseHead):
             "target_stats": np.array([self.target_mean_, self.target_std_]),
             "smearing": np.array([self.smearing_]),
         }
-        return arrays, {"fit_seconds": self.fit_seconds_}
+        if self.shaped_knots_ is not None:
+            arrays["bucket_knots_shaped"] = self.shaped_knots_
+        return arrays, {"fit_seconds": self.fit_seconds_, "within_bin": self.within_bin_}
 
     def _save_files(self, path: Path) -> None:
         self.encoder_.config.save_pretrained(str(path / ENCODER_DIR))
@@ -306,7 +322,9 @@ class ProxyHead(BaseHead):
         self.encoder_.eval()
         self.bucket_edges_, self.bucket_values_ = arrays["bucket_edges"], arrays["bucket_values"]
         self.bucket_means_ = arrays.get("bucket_means")  # None in saves before it: proxy_cls then has no mean
-        self.bucket_knots_ = saved_knots(self, arrays.get("bucket_knots"), self._knots)
+        self.bucket_knots_ = saved_knots(self, arrays.get("bucket_knots"), self._uniform_knots)
+        self.shaped_knots_ = arrays.get("bucket_knots_shaped")
+        self.within_bin_ = str(meta.get("within_bin", "uniform" if self.within_bin == "validation" else self.within_bin))
         self.calib_scores_, self.calib_tokens_ = arrays["calib_scores"], arrays["calib_tokens"]
         self.target_mean_, self.target_std_ = (float(v) for v in arrays["target_stats"])
         self.smearing_ = float(arrays["smearing"][0]) if "smearing" in arrays else 1.0  # older saves: expm1

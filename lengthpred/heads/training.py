@@ -310,6 +310,8 @@ def run_training(
     for p in seed_params:
         t0 = time.perf_counter()
         val_rho, head, chosen, recs = _fit_selected(head_name, p, candidates, train, val, use_val, rows)
+        if val is not None and len(val) > 0:  # choices made after the fit, on validation (never test)
+            head.tune_on_validation(val.inputs.x_for(klass.input_kind), val.y)
         fits.append((val_rho, head, chosen, head.predict_points(x_test), time.perf_counter() - t0))
         records += [{"random_state": p.get("random_state"), **r} for r in recs]
     val_rho, head, chosen, y_pred, fit_seconds = fits[0]
