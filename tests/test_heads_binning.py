@@ -156,3 +156,19 @@ def test_within_bin_validation_takes_the_reading_with_the_lower_validation_mae(t
             for k, (a, b) in enumerate(((X, y), (Xv, yv), (Xv, yv)))]
     fitted, _, _ = run_training("probe", HeadSettings(params={**FAST["probe"], "within_bin": "validation"}), *sets)
     assert fitted.within_bin_ == "training"  # run_training tuned it on its val split
+
+
+def test_run_training_records_each_seeds_within_bin_and_warns_without_validation(caplog):
+    from lengthpred.heads import HeadSettings, LabeledSet, run_training
+    from lengthpred.heads.base import HeadInput
+
+    X, y = long_tailed(300, 0)
+    Xv, yv = long_tailed(100, 7)
+    sets = [LabeledSet(HeadInput([f"{k}{i}" for i in range(len(b))], features=a), b)
+            for k, (a, b) in enumerate(((X, y), (Xv, yv), (Xv, yv)))]
+    settings = HeadSettings(params={**FAST["probe"], "within_bin": "validation"}, n_seeds=2)
+    head, m, _ = run_training("probe", settings, *sets, n_seeds=2)
+    assert m["within_bin"] == head.within_bin_ and [s["within_bin"] for s in m["seeds"]] == [head.within_bin_] * 2
+    with caplog.at_level("WARNING"):
+        head, m, _ = run_training("probe", settings, sets[0], None, sets[2])
+    assert m["within_bin"] == "uniform" and "no validation split" in caplog.text

@@ -79,6 +79,8 @@ def _fit(spec: HeadSpec, target: str, inputs: PromptInputs, table: LengthTable, 
     rec |= {"selected": str(m["selected"] or ""), "val_spearman": m["val_spearman"],
             "n_seeds": int(m.get("n_seeds", 1)), "n_parameters": m["n_parameters"],
             "fit_seconds": round(time.perf_counter() - t0, 2)}
+    if m.get("within_bin") is not None:  # each seed's within-bin reading (chosen on val under "validation")
+        rec["within_bin"] = ", ".join(str(s.get("within_bin")) for s in m.get("seeds") or [m])
     points = [c for c in POINT_COLUMNS.values() if c in preds.columns]  # median and mean (MAE scores the median)
     seeds = [*seed_columns(preds.columns), *(c for k in POINT_COLUMNS for c in seed_columns(preds.columns, k))]
     keep = ["id", "y_pred", *points, *seeds]

@@ -278,7 +278,11 @@ class BinnedMLPHead(BaseHead):
         """With `within_bin="validation"`: read the bins uniformly or on their training lengths, whichever gives
         the lower MAE of the median on (X, y); a tie keeps uniform. Records `within_bin_` and both MAEs."""
         check_is_fitted(self)
-        if self.within_bin != "validation" or self.shaped_knots_ is None:
+        if self.within_bin != "validation":
+            return self
+        if getattr(self, "shaped_knots_", None) is None:  # fitted under another within_bin, then set_params
+            log.warning("%s: no training-length shape to choose (fitted with another within_bin): kept %s",
+                        self.name, self.within_bin_)
             return self
         p = self.predict_bins(X)
         self.within_bin_, self.bin_knots_, self.within_bin_mae_ = choose_knots(
@@ -366,10 +370,11 @@ class BinnedMLPHead(BaseHead):
             "bin_centres": self.bin_centres_,
             "bin_knots": self.bin_knots_,
         }
-        if self.shaped_knots_ is not None:
+        if getattr(self, "shaped_knots_", None) is not None:  # None in heads pickled before within_bin
             arrays["bin_knots_shaped"] = self.shaped_knots_
         return arrays, {"n_features_in": self.n_features_in_, "n_epochs": self.n_epochs_,
-                        "within_bin": self.within_bin_}
+                        "within_bin": getattr(self, "within_bin_", "uniform"),
+                        "within_bin_mae": getattr(self, "within_bin_mae_", None)}
 
     def _set_state(self, arrays, meta, path):
         self.n_features_in_ = int(meta["n_features_in"])

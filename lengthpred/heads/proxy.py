@@ -21,6 +21,7 @@ X is a list of prompt strings.
 
 from __future__ import annotations
 
+import logging
 import time
 from numbers import Integral, Real
 from pathlib import Path
@@ -38,6 +39,8 @@ from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check
 from lengthpred.heads.binned import WITHIN_BIN, choose_knots, saved_knots, torch_threads
 from lengthpred.heads.smearing import smeared_expm1, smearing_factor
 from lengthpred.models.specs import embedded_proxy_dir
+
+log = logging.getLogger(__name__)
 
 ENCODER_DIR = "encoder"
 
@@ -211,7 +214,11 @@ class ProxyHead(BaseHead):
         """proxy_cls with `within_bin="validation"`: its buckets read uniformly or on their training lengths,
         whichever gives the lower MAE of the median on (X, y), as the binned heads do (`within_bin_`)."""
         check_is_fitted(self)
-        if self.objective != "cls" or self.within_bin != "validation" or self.shaped_knots_ is None:
+        if self.objective != "cls" or self.within_bin != "validation":
+            return self
+        if getattr(self, "shaped_knots_", None) is None:  # fitted under another within_bin, then set_params
+            log.warning("%s: no training-length shape to choose (fitted with another within_bin): kept %s",
+                        self.name, self.within_bin_)
             return self
         texts = _texts(X)
         with torch_threads(self.n_threads):
@@ -301,9 +308,10 @@ class ProxyHead(BaseHead):
             "target_stats": np.array([self.target_mean_, self.target_std_]),
             "smearing": np.array([self.smearing_]),
         }
-        if self.shaped_knots_ is not None:
+        if getattr(self, "shaped_knots_", None) is not None:  # None in heads pickled before within_bin
             arrays["bucket_knots_shaped"] = self.shaped_knots_
-        return arrays, {"fit_seconds": self.fit_seconds_, "within_bin": self.within_bin_}
+        return arrays, {"fit_seconds": self.fit_seconds_, "within_bin": getattr(self, "within_bin_", "uniform"),
+                        "within_bin_mae": getattr(self, "within_bin_mae_", None)}
 
     def _save_files(self, path: Path) -> None:
         self.encoder_.config.save_pretrained(str(path / ENCODER_DIR))

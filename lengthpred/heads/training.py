@@ -29,6 +29,7 @@ with any capped sample are counted in `n_capped_*` of the metrics.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -53,6 +54,8 @@ from lengthpred.seeds import (
 )
 
 PREDICTION_COLUMNS = ["head", "split", "id", "domain", "y_true", "y_pred", "n_samples", "capped_frac"]
+
+log = logging.getLogger(__name__)
 
 
 def build_head(name: str, **params: Any) -> BaseHead:
@@ -307,11 +310,18 @@ def run_training(
     rows = search_rows(len(train), search) if search is not None and use_val else None
     fits: list[tuple[float, BaseHead, dict[str, Any], Points, float]] = []
     records: list[dict[str, Any]] = []
+    # choices a head makes after its fit, on validation (never test): only heads that define some
+    tunes = klass.tune_on_validation is not BaseHead.tune_on_validation
+    tune_val = val if tunes and val is not None and len(val) > 0 else None
+    if tune_val is not None and not (use_val or val_rows):
+        validate_set("val", tune_val, klass, need_ranking=False)
+    elif tunes and tune_val is None and seed_params and seed_params[0].get("within_bin") == "validation":
+        log.warning("%s: within_bin=validation but no validation split: its bins are read uniformly", head_name)
     for p in seed_params:
         t0 = time.perf_counter()
         val_rho, head, chosen, recs = _fit_selected(head_name, p, candidates, train, val, use_val, rows)
-        if val is not None and len(val) > 0:  # choices made after the fit, on validation (never test)
-            head.tune_on_validation(val.inputs.x_for(klass.input_kind), val.y)
+        if tune_val is not None:
+            head.tune_on_validation(tune_val.inputs.x_for(klass.input_kind), tune_val.y)
         fits.append((val_rho, head, chosen, head.predict_points(x_test), time.perf_counter() - t0))
         records += [{"random_state": p.get("random_state"), **r} for r in recs]
     val_rho, head, chosen, y_pred, fit_seconds = fits[0]
@@ -333,6 +343,7 @@ def run_training(
                       else "capped samples count as the cap (lower bound)"),
         "params": head.get_params(),
         "selected": chosen,
+        "within_bin": getattr(head, "within_bin_", None),  # the binned heads' reading (chosen on val under "validation")
         "val_spearman": val_rho if math.isfinite(val_rho) else None,
         "n_candidates": len(candidates) if use_val else 1,
         "fit_seconds": round(fit_seconds, 3),
@@ -390,6 +401,7 @@ def _seed_summary(y_test: np.ndarray, fits: Sequence[tuple]) -> dict[str, Any]:
             **score(y_test, y_pred),
             "val_spearman": rho if math.isfinite(rho) else None,
             "selected": chosen,
+            "within_bin": getattr(head, "within_bin_", None),
             "fit_seconds": round(secs, 3),
         }
         for rho, head, chosen, y_pred, secs in fits
