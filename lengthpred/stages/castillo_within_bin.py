@@ -5,7 +5,6 @@ training lengths, beside the mean's, per fit target on its validation and test p
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +14,6 @@ from lengthpred.crossmodel.table import short_model
 from lengthpred.crossmodel.within_bin import compare_within_bin
 from lengthpred.errors import ConfigError
 from lengthpred.stages.castillo import feature_columns, head_specs, load_union, prompt_inputs, split_prompts
-
-log = logging.getLogger("lengthpred.crossmodel")
 
 
 def within_bin_markdown(rows: pd.DataFrame) -> str:
