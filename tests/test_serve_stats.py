@@ -560,3 +560,20 @@ def test_the_batch_cap_16_runs_of_120_requests_read_as_the_readme_says():
         assert over_fcfs.loc[(policy, "jct_p99"), "ci_high"] < 0
     occupancy = real[real["metric"].isin(["batch_mean", "queue_mean"])].groupby("metric")["value"].mean()
     assert occupancy["batch_mean"] > 12 and occupancy["queue_mean"] > 2
+
+
+def test_the_load_08_rerun_after_the_stall_fix_reads_as_the_readme_says():
+    """The README's load-0.8 rerun (stall removed, fcfs-pf added): the per-token gain now has an interval above 0
+    over FCFS and over fcfs-pf, the long requests pay far less than in the first load-0.8 runs, and the
+    predictions cost TTFT against fcfs-pf."""
+    _, real, gains = _reference("serve_load08_blas1")
+    over_fcfs, over_pf = gains("fcfs"), gains("fcfs-prefill-first")
+    sjf = over_fcfs.loc[("sjf", "per_token_latency_mean")]
+    assert sjf["n"] == 10 and sjf["gain"] == pytest.approx(0.249, abs=2e-3) and sjf["ci_low"] > 0
+    assert over_fcfs.loc[("oracle-sjf", "per_token_latency_mean"), "gain"] == pytest.approx(0.304, abs=2e-3)
+    assert over_fcfs.loc[("sjf", "jct_p99"), "ci_low"] < 0 < over_fcfs.loc[("sjf", "jct_p99"), "ci_high"]
+    alone = over_pf.loc[("sjf", "per_token_latency_mean")]
+    assert alone["gain"] == pytest.approx(0.218, abs=2e-3) and alone["ci_low"] > 0
+    assert over_pf.loc[("sjf", "ttft_mean"), "ci_high"] < 0
+    updates = real[(real["policy"] == "sjf") & (real["metric"] == "update_ms_mean")]["value"]
+    assert len(updates) == 10 and updates.max() < 2.5 and updates.median() < 1.0  # 5-6 ms with the stall

@@ -1,0 +1,41 @@
+"""Every stored serve experiment on one page (lengthpred.serve.summary): per folder, the workload, whether its
+calibration passed, and each policy's paired gain over FCFS and over prefill-first FCFS with its 95% interval
+over repeats:
+
+    python scripts/serve_summary.py RUN_DIR [RUN_DIR ...] [--out FILE.md]
+
+A folder split in parts run on one profile (a/, b/) is merged first. Reads only the stored runs' statistics
+(seconds, no engine and no replay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from lengthpred.errors import LengthpredError
+from lengthpred.serve.summary import load_folder, summary_table
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap.add_argument("run_dirs", type=Path, nargs="+", help="serve run folders (scripts/serve.py's output)")
+    ap.add_argument("--out", type=Path, help="also write the tables to this Markdown file")
+    a = ap.parse_args(argv)
+    try:
+        folders = [load_folder(d) for d in a.run_dirs]
+    except LengthpredError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    text = "\n\n".join(f"**Paired gains over {name}** (95% interval over repeats, or n repeats: too few)\n\n"
+                       + summary_table(folders, base)
+                       for base, name in (("fcfs", "FCFS"), ("fcfs-prefill-first", "prefill-first FCFS")))
+    print(text)
+    if a.out is not None:
+        a.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
