@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from lengthpred.errors import DataError
+from lengthpred.serve.anatomy_cli import md_table
 from lengthpred.serve.merge import merge_runs
 from lengthpred.serve.metrics import SLO
 from lengthpred.serve.paired import paired_gains
@@ -107,7 +108,7 @@ def summary_table(folders: Sequence[StoredFolder], baseline: str) -> str:
     over repeats (or the number of repeats, too few for one), and the exact sign-flip p of the per-token mean."""
     head = ["folder", "workload", "calibration", "load", "policy (predictor)", "repeats", *METRICS.values(),
             "p (per-token mean)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for f in folders:
         g = folder_gains(f, [baseline])
         if g.empty:
@@ -117,6 +118,6 @@ def summary_table(folders: Sequence[StoredFolder], baseline: str) -> str:
             cells = [_cell(by.loc[m]) if m in by.index else "—" for m in METRICS]
             p = by.loc["per_token_latency_mean", "p_value"] if "per_token_latency_mean" in by.index else math.nan
             n = int(by["n"].max())
-            lines.append(f"| {f.name} | {describe(f)} | {calibration(f)} | {load:g} | {pol} ({pred}) | {n} | "
-                         + " | ".join(cells) + f" | {p:.2g} |")
-    return "\n".join(lines)
+            rows.append([f.name, describe(f), calibration(f), f"{load:g}", f"{pol} ({pred})", str(n), *cells,
+                         f"{p:.2g}"])
+    return md_table(head, rows).rstrip("\n")
