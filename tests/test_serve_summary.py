@@ -29,7 +29,8 @@ def _stored(d, runs: dict[str, dict[int, float]], check: dict | None = None, arr
     rows.append(rows[0] | {"hardware": "sim:fitted-vllm", "value": 1e6})
     pd.DataFrame(rows).to_csv(d / "serve_runs.csv", index=False)
     seeds = sorted({s for by in runs.values() for s in by})
-    pd.DataFrame([{"rid": f"s{s}-{p}", "policy": p, "predictor": _pred(p), "load": 0.8, "seed": s}
+    pd.DataFrame([{"rid": f"s{s}-{p}-0", "policy": p, "predictor": _pred(p), "load": 0.8, "seed": s, "arrival": 0.0,
+                   "first_token": 1.0, "finish": 2.0, "output_tokens": 10, "status": "finished"}
                   for p in runs for s in runs[p]]).to_parquet(d / "serve_requests.parquet")
     pd.DataFrame([{"t_start": 0.0, "policy": p, "predictor": _pred(p), "load": 0.8, "seed": s}
                   for p in runs for s in runs[p]]).to_parquet(d / "serve_steps.parquet")
@@ -97,3 +98,37 @@ def test_the_committed_runs_against_prefill_first_fcfs_read_as_the_readme_says()
     g = folder_gains(f).set_index(["baseline", "policy", "metric"])
     row = g.loc[("fcfs-prefill-first", "sjf", "per_token_latency_mean")]
     assert row["n"] == 10 and row["gain"] == pytest.approx(0.283, abs=0.005) and row["ci_low"] > 0
+
+
+def test_the_leave_one_out_table_names_the_short_answer_that_carries_the_per_token_mean(tmp_path, capsys):
+    """Seed 0's request 0 is a 2-token answer that waits 10 s under FCFS and none under SJF: with it the per-token
+    mean gain is large, without it the two policies tie, and the table says which request that was."""
+    from lengthpred.serve.metrics import SLO, latency_metrics
+    from lengthpred.serve.summary import loo_table
+
+    d = tmp_path / "loo"
+    _stored(d, {"fcfs": dict.fromkeys(range(10), 1.0), "sjf": dict.fromkeys(range(10), 1.0)})
+    reqs, rows = [], []
+    for p in ("fcfs", "sjf"):
+        for s in range(10):
+            wait = [10.0 if (p, s) == ("fcfs", 0) else 0.5, 0.5, 0.5]
+            r = pd.DataFrame({"rid": [f"s{s}-{p}-{k}" for k in range(3)], "policy": p, "predictor": _pred(p),
+                              "load": 0.8, "seed": s, "arrival": [0.0, 1.0, 2.0], "output_tokens": [2, 100, 100],
+                              "status": "finished", "split": [False, p == "sjf", False]})
+            r["first_token"] = r["arrival"] + wait
+            r["finish"] = r["first_token"] + r["output_tokens"] * 0.01
+            reqs.append(r)
+            m = latency_metrics(r["arrival"], r["first_token"], r["finish"], r["output_tokens"],
+                                r["status"] == "rejected", end=float(r["finish"].max()), slo=SLO())
+            rows += [{"hardware": "vllm", "data": "demo", "policy": p, "predictor": _pred(p), "load": 0.8, "seed": s,
+                      "metric": k, "value": v} for k, v in m.items()]
+    pd.concat(reqs).to_parquet(d / "serve_requests.parquet")
+    pd.DataFrame(rows).to_csv(d / "serve_runs.csv", index=False)
+    t = loo_table([load_folder(d, requests=True)])
+    row = next(r for r in t.splitlines() if "| sjf (" in r).split(" | ")
+    low, high = (float(v) for v in row[4].split("(")[1].rstrip(")").split(" … "))
+    assert low == 0.0 < float(row[4].split("%")[0]) <= high  # dropping seed 0's request 0 leaves no gain
+    assert row[-2] == "seed 0 request 0" and row[-1].rstrip(" |") == "33%"  # one of SJF's 3 decodes yielded
+    from scripts.serve_summary import main
+
+    assert main([str(d)]) == 0 and "How far one request moves each gain over FCFS" in capsys.readouterr().out

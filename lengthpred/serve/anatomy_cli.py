@@ -1,5 +1,6 @@
-"""What the anatomy scripts (`scripts/serve_ttft_anatomy.py`, `scripts/serve_stall_anatomy.py`) share: their
-arguments (a serve run folder and a speed window) and Markdown tables."""
+"""What the serve table scripts (`scripts/serve_ttft_anatomy.py`, `serve_stall_anatomy.py`, `serve_summary.py`,
+`serve_fidelity_overview.py`) share: their arguments (a serve run folder and a speed window), Markdown tables and
+writing them out."""
 
 from __future__ import annotations
 
@@ -16,6 +17,14 @@ from lengthpred.serve.ttft_anatomy import StoredServe, load_stored
 def md_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
                      + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def emit(text: str, out: Path | None) -> int:
+    """Print `text` and, given `out`, also write it there; the exit status 0."""
+    print(text)
+    if out is not None:
+        out.write_text(text + "\n")
+    return 0
 
 
 def folder_args(argv: list[str], description: str) -> tuple[Path, float] | None:

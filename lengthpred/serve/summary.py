@@ -4,7 +4,8 @@ which findings hold across workloads and which rest on one folder.
 
 A folder is a serve run folder (`scripts/serve.py`'s output) or one split in parts run on the same profile
 (`a/`, `b/`: merged first, `lengthpred.serve.merge`). Gains are `lengthpred.serve.paired.paired_gains` over the
-repeats of the real runs, without the leave-one-request-out ranges (each folder's own tables have those).
+repeats of the real runs; `loo_table` adds how far leaving one request out moves each gain over FCFS (one short
+answer that waited can carry a run's per-token mean).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -37,33 +39,42 @@ class StoredFolder:
     runs: pd.DataFrame
     meta: dict
     check: dict | None
+    requests: pd.DataFrame = field(default_factory=pd.DataFrame)  # per request, when read with `requests=True`
 
 
 def _parts(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and (p / "serve.json").is_file())
 
 
-def _read(folder: Path, name: str) -> StoredFolder:
+def _read(folder: Path, name: str, requests: bool = False) -> StoredFolder:
     meta = json.loads((folder / "serve.json").read_text())
     runs = pd.read_csv(folder / "serve_runs.csv")
     real = runs[runs["hardware"] == meta["engine"]].drop(columns=["experiment"], errors="ignore")
     check = folder / "calibration_check.json"
-    return StoredFolder(name, real, meta, json.loads(check.read_text()) if check.is_file() else None)
+    reqs = pd.read_parquet(folder / "serve_requests.parquet") if requests else pd.DataFrame()
+    return StoredFolder(name, real, meta, json.loads(check.read_text()) if check.is_file() else None, reqs)
 
 
-def load_folder(folder: Path) -> StoredFolder:
-    """A serve run folder, or one whose parts (sub-folders holding serve.json) are merged first; a folder that
-    is neither is refused in one line."""
+@contextmanager
+def run_folder(folder: Path) -> Iterator[Path]:
+    """`folder` itself when it is a serve run folder; else its parts (sub-folders holding serve.json) merged into
+    a temporary one, removed on exit; a folder that is neither is refused in one line."""
     folder = Path(folder)
     if (folder / "serve.json").is_file():
-        return _read(folder, folder.name)
+        yield folder
+        return
     parts = _parts(folder) if folder.is_dir() else []
     if len(parts) < 2:
         raise DataError(f"{folder}: not a serve run folder (no serve.json, nor two parts holding one)")
     with tempfile.TemporaryDirectory() as tmp:
-        merged = merge_runs(parts, Path(tmp) / "merged")
-        got = _read(merged, folder.name)
-    return got
+        yield merge_runs(parts, Path(tmp) / folder.name)
+
+
+def load_folder(folder: Path, requests: bool = False) -> StoredFolder:
+    """A serve run folder, or one whose parts (sub-folders holding serve.json) are merged first; a folder that
+    is neither is refused in one line. `requests`: also read the per-request rows (for `loo_table`)."""
+    with run_folder(folder) as d:
+        return _read(d, Path(folder).name, requests)
 
 
 def describe(f: StoredFolder) -> str:
@@ -85,12 +96,14 @@ def calibration(f: StoredFolder) -> str:
     return "passed" if f.check.get("ok") else "flagged"
 
 
-def folder_gains(f: StoredFolder, baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
-    """Paired gains of every other policy over each baseline the folder ran (`paired.COLUMNS` + `baseline`)."""
+def folder_gains(f: StoredFolder, baselines: Sequence[str] = BASELINES, loo: bool = False) -> pd.DataFrame:
+    """Paired gains of every other policy over each baseline the folder ran (`paired.COLUMNS` + `baseline`);
+    `loo`: with the leave-one-request-out ranges (the folder read with its requests)."""
     frames = []
     for b in baselines:
         if b in set(f.runs["policy"]):
-            g = paired_gains(f.runs, pd.DataFrame(), SLO(), metrics=list(METRICS), loo=False, baseline=b)
+            g = paired_gains(f.runs, f.requests if loo else pd.DataFrame(), SLO(), metrics=list(METRICS), loo=loo,
+                             baseline=b)
             frames.append(g.assign(baseline=b))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -120,4 +133,41 @@ def summary_table(folders: Sequence[StoredFolder], baseline: str) -> str:
             n = int(by["n"].max())
             rows.append([f.name, describe(f), calibration(f), f"{load:g}", f"{pol} ({pred})", str(n), *cells,
                          f"{p:.2g}"])
+    return md_table(head, rows).rstrip("\n")
+
+
+
+def _loo_cell(r: pd.Series) -> str:
+    if not math.isfinite(r.gain):
+        return "—"
+    if not math.isfinite(r.loo_low):
+        return f"{100 * r.gain:+.0f}%"
+    return f"{100 * r.gain:+.0f}% ({100 * r.loo_low:+.0f} … {100 * r.loo_high:+.0f})"
+
+
+def _yielded(requests: pd.DataFrame, load: float, policy: str, predictor: str) -> str:
+    if "split" not in requests:
+        return "—"
+    r = requests[(requests["load"] == load) & (requests["policy"] == policy) & (requests["predictor"] == predictor)]
+    return f"{100 * r['split'].astype(bool).mean():.0f}%" if len(r) else "—"
+
+
+def loo_table(folders: Sequence[StoredFolder], baseline: str = "fcfs") -> str:
+    """Markdown: one row per (folder, policy) against `baseline`; each cell the gain and, in brackets, its lowest
+    and highest value when one request (of one repeat, left out of every policy's run) is dropped; last, the
+    share of the policy's requests whose decode yielded its slot after a prefill-first phase (what makes an
+    in-engine prediction cost more than its readout). Folders must be read with `requests=True`."""
+    head = ["folder", "load", "policy (predictor)", "repeats", *METRICS.values(), "request that moves per-token mean most",
+            "decodes that yielded"]
+    rows = []
+    for f in folders:
+        g = folder_gains(f, [baseline], loo=True)
+        if g.empty:
+            continue
+        for (load, pol, pred), x in g.groupby(["load", "policy", "predictor"], sort=True):
+            by = x.set_index("metric")
+            cells = [_loo_cell(by.loc[m]) if m in by.index else "—" for m in METRICS]
+            who = by.loc["per_token_latency_mean", "loo_request"] if "per_token_latency_mean" in by.index else ""
+            rows.append([f.name, f"{load:g}", f"{pol} ({pred})", str(int(by["n"].max())), *cells, who or "—",
+                         _yielded(f.requests, load, pol, pred)])
     return md_table(head, rows).rstrip("\n")

