@@ -58,7 +58,7 @@ paper: setup
 	$(PY) scripts/demo.py experiment=paper
 
 # Cross-model length prediction on CASTILLO (13 models x 7 datasets): T7, transfer heatmaps, ceilings.
-# About an hour on 2 CPU cores (README: CASTILLO); writes outputs/castillo/runs/<time>/ and docs/castillo_T7*.md.
+# About 4 h cold on 2 CPU cores, minutes from the fit cache (README: CASTILLO); writes outputs/castillo/runs/<time>/ and docs/castillo_T7*.md.
 castillo: setup
 	$(PY) scripts/castillo.py experiment=castillo
 
