@@ -112,3 +112,19 @@ def test_candidates_table_lists_every_setting_with_its_seed_mean_and_how_many_se
                     "| probe | alpha=0.1 | 0.560 | 0.500 – 0.620 | 2 | 1.00 s | 1 of 2 |"]
     assert "constant" not in md
     assert candidates_table({"constant": {"candidates": []}}) is None
+
+
+def test_the_selection_script_tables_chosen_run_folders_and_refuses_a_second_run_of_a_head(tmp_path, capsys):
+    from scripts.selection_tables import main
+
+    runs = []
+    for name, blob in (("a", fit("linear", 0.70, 0.9)), ("b", fit("probe", 0.75, 0.1)), ("c", fit("probe", 0.8, 0.1))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps(blob))
+        runs.append(str(tmp_path / name))
+    assert main(runs[:2] + ["--out", str(tmp_path / "t.md")]) == 0
+    text = (tmp_path / "t.md").read_text()
+    assert "| probe (reference) |" in text  # best on validation, although linear is far better on test
+    assert text.count("| linear | alpha=10") == 1 and text.count("| linear | alpha=0.1") == 1  # every candidate
+    assert main(runs) == 2 and "a second run of head 'probe'" in capsys.readouterr().err
+    assert main([str(tmp_path)]) == 2 and capsys.readouterr().err.startswith("error: ")
