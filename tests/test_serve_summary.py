@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -114,7 +115,8 @@ def test_the_leave_one_out_table_names_the_short_answer_that_carries_the_per_tok
             wait = [10.0 if (p, s) == ("fcfs", 0) else 0.5, 0.5, 0.5]
             r = pd.DataFrame({"rid": [f"s{s}-{p}-{k}" for k in range(3)], "policy": p, "predictor": _pred(p),
                               "load": 0.8, "seed": s, "arrival": [0.0, 1.0, 2.0], "output_tokens": [2, 100, 100],
-                              "status": "finished", "split": [False, p == "sjf", False]})
+                              "status": "finished", "split": [False, p == "sjf", False],
+                              "prediction": [1.0, 3.0, 2.0] if p == "sjf" else np.nan})
             r["first_token"] = r["arrival"] + wait
             r["finish"] = r["first_token"] + r["output_tokens"] * 0.01
             reqs.append(r)
@@ -128,7 +130,9 @@ def test_the_leave_one_out_table_names_the_short_answer_that_carries_the_per_tok
     row = next(r for r in t.splitlines() if "| sjf (" in r).split(" | ")
     low, high = (float(v) for v in row[4].split("(")[1].rstrip(")").split(" … "))
     assert low == 0.0 < float(row[4].split("%")[0]) <= high  # dropping seed 0's request 0 leaves no gain
-    assert row[-2] == "seed 0 request 0" and row[-1].rstrip(" |") == "33%"  # one of SJF's 3 decodes yielded
+    assert row[-3] == "seed 0 request 0" and row[-2] == "33%"  # one of SJF's 3 decodes yielded
+    # predictions 1, 3, 2 against answers 2, 100, 100: Spearman 0.87 in every run; FCFS predicts nothing
+    assert row[-1].rstrip(" |") == "0.87 (0.87 … 0.87)"
     from scripts.serve_summary import main
 
     assert main([str(d)]) == 0 and "How far one request moves each gain over FCFS" in capsys.readouterr().out

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from scipy import stats
 
 from lengthpred.errors import DataError
 from lengthpred.serve.anatomy_cli import md_table
@@ -145,20 +146,37 @@ def _loo_cell(r: pd.Series) -> str:
     return f"{100 * r.gain:+.0f}% ({100 * r.loo_low:+.0f} … {100 * r.loo_high:+.0f})"
 
 
-def _yielded(requests: pd.DataFrame, load: float, policy: str, predictor: str) -> str:
-    if "split" not in requests:
+def _arm(requests: pd.DataFrame, load: float, policy: str, predictor: str) -> pd.DataFrame:
+    if not {"load", "policy", "predictor"} <= set(requests.columns):
+        return requests.iloc[0:0]
+    return requests[(requests["load"] == load) & (requests["policy"] == policy) & (requests["predictor"] == predictor)]
+
+
+def _yielded(r: pd.DataFrame) -> str:
+    return f"{100 * r['split'].astype(bool).mean():.0f}%" if "split" in r and len(r) else "—"
+
+
+def _ranked(r: pd.DataFrame) -> str:
+    """Spearman of the arm's predictions with the answers it served, pooled over its runs (per-run range)."""
+    if not {"prediction", "output_tokens"} <= set(r.columns):
         return "—"
-    r = requests[(requests["load"] == load) & (requests["policy"] == policy) & (requests["predictor"] == predictor)]
-    return f"{100 * r['split'].astype(bool).mean():.0f}%" if len(r) else "—"
+    r = r[r["prediction"].notna() & r["output_tokens"].notna()]
+    if len(r) < 3 or r["prediction"].nunique() < 2:
+        return "—"
+    per_run = [stats.spearmanr(g["prediction"], g["output_tokens"]).statistic for _, g in r.groupby("seed")
+               if len(g) >= 3 and g["prediction"].nunique() > 1]
+    pooled = stats.spearmanr(r["prediction"], r["output_tokens"]).statistic
+    return f"{pooled:.2f} ({min(per_run):.2f} … {max(per_run):.2f})" if per_run else f"{pooled:.2f}"
 
 
 def loo_table(folders: Sequence[StoredFolder], baseline: str = "fcfs") -> str:
     """Markdown: one row per (folder, policy) against `baseline`; each cell the gain and, in brackets, its lowest
     and highest value when one request (of one repeat, left out of every policy's run) is dropped; last, the
     share of the policy's requests whose decode yielded its slot after a prefill-first phase (what makes an
-    in-engine prediction cost more than its readout). Folders must be read with `requests=True`."""
+    in-engine prediction cost more than its readout), and how its predictions ranked the answers it served
+    (Spearman pooled over its runs, with the per-run range). Folders must be read with `requests=True`."""
     head = ["folder", "load", "policy (predictor)", "repeats", *METRICS.values(), "request that moves per-token mean most",
-            "decodes that yielded"]
+            "decodes that yielded", "predictions' Spearman with the answers"]
     rows = []
     for f in folders:
         g = folder_gains(f, [baseline], loo=True)
@@ -168,6 +186,7 @@ def loo_table(folders: Sequence[StoredFolder], baseline: str = "fcfs") -> str:
             by = x.set_index("metric")
             cells = [_loo_cell(by.loc[m]) if m in by.index else "—" for m in METRICS]
             who = by.loc["per_token_latency_mean", "loo_request"] if "per_token_latency_mean" in by.index else ""
+            arm = _arm(f.requests, load, pol, pred)
             rows.append([f.name, f"{load:g}", f"{pol} ({pred})", str(int(by["n"].max())), *cells, who or "—",
-                         _yielded(f.requests, load, pol, pred)])
+                         _yielded(arm), _ranked(arm)])
     return md_table(head, rows).rstrip("\n")
