@@ -26,7 +26,10 @@ def main(argv: list[str]) -> int:
     fits = {}
     for d in a.run_dirs:
         f = d / "metrics.json"
-        blob = json.loads(f.read_text()) if f.is_file() else None
+        try:
+            blob = json.loads(f.read_text()) if f.is_file() else None
+        except json.JSONDecodeError:
+            blob = None
         if not (isinstance(blob, dict) and "head" in blob and "n_train" in blob):
             print(f"error: {d}: no train metrics.json (scripts/train.py's output)", file=sys.stderr)
             return 2

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from lengthpred.errors import LengthpredError
 from lengthpred.serve.anatomy_cli import emit
 from lengthpred.serve.fidelity_overview import REPLAYS, folder_fidelity, overview_table
-from lengthpred.serve.summary import describe, load_folder, run_folder
+from lengthpred.serve.summary import describe, load_folder, serve_folder
 from lengthpred.stages.serve import resimulated
 
 
@@ -36,8 +36,8 @@ def main(argv: list[str]) -> int:
     rows: dict[str, list] = {attr: [] for attr in REPLAYS}
     try:
         for d in tqdm(a.run_dirs, desc="folders", unit="folder"):
-            workload = describe(load_folder(d))
-            with run_folder(d) as run:
+            with serve_folder(d) as run:  # a folder in parts is merged once, here
+                workload = describe(load_folder(run))
                 res = resimulated(run, speed_window_s=a.window_s)[0]
             for attr in REPLAYS:
                 rows[attr].append((d.name, workload, folder_fidelity(getattr(res, attr))))

@@ -17,7 +17,7 @@ from pathlib import Path
 from lengthpred.errors import LengthpredError
 from lengthpred.serve.anatomy_cli import emit
 from lengthpred.serve.step_excess import excess_table, step_excess
-from lengthpred.serve.summary import run_folder
+from lengthpred.serve.summary import serve_folder
 from lengthpred.serve.ttft_anatomy import load_stored
 
 
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     folders = []
     try:
         for d in a.run_dirs:
-            with run_folder(d) as run:
+            with serve_folder(d) as run:
                 st = load_stored(run)
             folders.append((d.name, step_excess(st.requests, st.steps, st.profile, st.settings.fit_skip)))
     except LengthpredError as e:

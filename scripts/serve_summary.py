@@ -1,6 +1,7 @@
 """Every stored serve experiment on one page (lengthpred.serve.summary): per folder, the workload, whether its
 calibration passed, each policy's paired gain over FCFS and over prefill-first FCFS with its 95% interval
-over repeats, and how far leaving one request out moves each gain over FCFS:
+over repeats, how far leaving one request out moves each gain over FCFS, and per predicting arm the decodes that
+yielded and the predictions' Spearman with the answers:
 
     python scripts/serve_summary.py RUN_DIR [RUN_DIR ...] [--out FILE.md]
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from lengthpred.errors import LengthpredError
 from lengthpred.serve.anatomy_cli import emit
-from lengthpred.serve.summary import load_folder, loo_table, summary_table
+from lengthpred.serve.summary import load_folder, loo_table, predictor_table, summary_table
 
 
 def main(argv: list[str]) -> int:
@@ -33,7 +34,9 @@ def main(argv: list[str]) -> int:
                        + summary_table(folders, base)
                        for base, name in (("fcfs", "FCFS"), ("fcfs-prefill-first", "prefill-first FCFS")))
     text += ("\n\n**How far one request moves each gain over FCFS** (the gain, then its lowest and highest value "
-             "when one request of one repeat is left out of every policy's run of that repeat)\n\n" + loo_table(folders))
+             "when one request of one repeat is left out of every policy's run of that repeat)\n\n" + loo_table(folders)
+             + "\n\n**The arms that predicted or served prefills first** (decodes that yielded their slot after the "
+             "prefill; how the predictions ranked the answers served)\n\n" + predictor_table(folders))
     return emit(text, a.out)
 
 

@@ -25,6 +25,7 @@ def test_cells_average_a_policys_runs_while_a_run_meets_the_goal_only_when_every
     assert f.mean_cells == (7, 8)  # one of the 2 policies × 4 means misses on average
     assert f.p90_cells == (6, 6)  # 12% in one run averages to 7% over the policy's two runs
     assert f.runs_meeting == 2  # but that run, and the run at 7% TTFT, each miss the per-run goal
+    assert f.runs_ttft_only == 1  # the TTFT run; the other misses on E2E p90
     assert folder_fidelity(pd.DataFrame()) is None
 
 
@@ -35,7 +36,7 @@ def test_the_table_counts_every_folder_into_its_totals_and_shows_a_folder_withou
     rows = t.splitlines()
     assert rows[2].startswith("| a | demo pool | 1 | 1.03–1.03 | 20.0% (20%) | — |")
     assert rows[4].startswith("| c | overloaded | 0 | — |")
-    assert rows[-1] == "| **all** |  | 2 |  |  |  |  |  | **0 / 2** | **0 / 0** | **0 / 2** |"
+    assert rows[-1] == "| **all** |  | 2 |  |  |  |  |  | **0 / 2** | **0 / 0** | **0 / 2** | **0** |"
 
 
 def test_the_script_refuses_a_bad_window_or_folder_in_one_line(tmp_path, capsys):

@@ -38,17 +38,22 @@ def test_a_predictor_that_holds_the_cores_at_each_completion_shows_as_a_gap_the_
     sjf = x[x["policy"] == "sjf"].groupby("after_completion")["excess_ms"].median()
     assert sjf[True] == pytest.approx(40.0) and sjf[False] == pytest.approx(0.0, abs=1e-9)
     t = excess_table([("run", x)]).splitlines()
-    assert t[2] == "| run | fcfs (p) | +0.0 | +0.0 | — | — | 2 |"  # the prefill was a warm-up step
-    assert t[3] == "| run | sjf (p) | +40.0 | +0.0 | — | — | 2 |"
+    assert t[2] == "| run | 0.8 | fcfs (p) | +0.0 | +0.0 | — | — | 0% | 2 |"  # the prefill was a warm-up step
+    assert t[3] == "| run | 0.8 | sjf (p) | +40.0 | +0.0 | — | — | 100% | 2 |"
+    assert excess_table([("empty", pd.DataFrame())]).count("\n") == 1  # header only
 
 
 def test_the_script_tables_a_stored_folder_and_refuses_a_bad_one_in_one_line(tmp_path, capsys):
     from lengthpred.paths import REPO_ROOT
     from scripts.serve_step_excess import main
 
-    d = REPO_ROOT / "data" / "reference" / "smollm2-135m" / "serve_trace10_blas1"
-    assert main([str(d), "--out", str(tmp_path / "t.md")]) == 0
-    rows = {r.split(" | ")[1]: r.split(" | ") for r in (tmp_path / "t.md").read_text().splitlines() if "serve_trace" in r}
-    assert abs(float(rows["sjf (rls@1+engine)"][2])) < 5  # README: 0.5 ms after a completion once the stall was gone
+    ref = REPO_ROOT / "data" / "reference" / "smollm2-135m"
+    assert main([str(ref / "serve_trace10"), str(ref / "serve_trace10_blas1"), "--out", str(tmp_path / "t.md")]) == 0
+    rows = {(r.split(" | ")[0].lstrip("| "), r.split(" | ")[2]): r.split(" | ")
+            for r in (tmp_path / "t.md").read_text().splitlines() if "serve_trace" in r}
+    before, after = rows[("serve_trace10", "sjf (rls@1+engine)")], rows[("serve_trace10_blas1", "sjf (rls@1+engine)")]
+    # docs/serve_step_excess.md: 36.5 ms after a completion with the stall, 0.5 ms once it was gone; none after none
+    assert float(before[3]) > 20 and abs(float(before[4])) < 5 and abs(float(after[3])) < 5
+    assert float(rows[("serve_trace10", "fcfs (none)")][3]) < 5  # the policy without a predictor never stalled
     assert main([str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.startswith("error: ")

@@ -105,7 +105,7 @@ def test_the_leave_one_out_table_names_the_short_answer_that_carries_the_per_tok
     """Seed 0's request 0 is a 2-token answer that waits 10 s under FCFS and none under SJF: with it the per-token
     mean gain is large, without it the two policies tie, and the table says which request that was."""
     from lengthpred.serve.metrics import SLO, latency_metrics
-    from lengthpred.serve.summary import loo_table
+    from lengthpred.serve.summary import loo_table, predictor_table
 
     d = tmp_path / "loo"
     _stored(d, {"fcfs": dict.fromkeys(range(10), 1.0), "sjf": dict.fromkeys(range(10), 1.0)})
@@ -130,9 +130,13 @@ def test_the_leave_one_out_table_names_the_short_answer_that_carries_the_per_tok
     row = next(r for r in t.splitlines() if "| sjf (" in r).split(" | ")
     low, high = (float(v) for v in row[4].split("(")[1].rstrip(")").split(" … "))
     assert low == 0.0 < float(row[4].split("%")[0]) <= high  # dropping seed 0's request 0 leaves no gain
-    assert row[-3] == "seed 0 request 0" and row[-2] == "33%"  # one of SJF's 3 decodes yielded
-    # predictions 1, 3, 2 against answers 2, 100, 100: Spearman 0.87 in every run; FCFS predicts nothing
-    assert row[-1].rstrip(" |") == "0.87 (0.87 … 0.87)"
+    assert row[-1].rstrip(" |") == "seed 0 request 0"
+    arms = predictor_table([load_folder(d, requests=True)]).splitlines()
+    assert len(arms) == 3  # FCFS neither predicts nor yields: only SJF's row
+    # one of SJF's 3 decodes yielded; predictions 1, 3, 2 against answers 2, 100, 100: Spearman 0.87 in every run
+    assert arms[2] == "| loo | 0.8 | sjf (rlsfake) | 10 | 33% | 0.87 (0.87 … 0.87) |".replace("rlsfake", _pred("sjf"))
+    (d / "serve_requests.parquet").unlink()  # without its requests: the gains, no leave-one-out range
+    assert "| +" in loo_table([load_folder(d, requests=True)]) and "… " not in loo_table([load_folder(d, requests=True)])
     from scripts.serve_summary import main
 
     assert main([str(d)]) == 0 and "How far one request moves each gain over FCFS" in capsys.readouterr().out

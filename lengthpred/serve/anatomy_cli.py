@@ -1,5 +1,5 @@
 """What the serve table scripts (`scripts/serve_ttft_anatomy.py`, `serve_stall_anatomy.py`, `serve_summary.py`,
-`serve_fidelity_overview.py`) share: their arguments (a serve run folder and a speed window), Markdown tables and
+`serve_fidelity_overview.py`, `serve_step_excess.py`) share: their arguments (a serve run folder and a speed window), Markdown tables and
 writing them out."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def emit(text: str, out: Path | None) -> int:
-    """Print `text` and, given `out`, also write it there; the exit status 0."""
+    """Print `text` and, given `out`, also write it there; returns the script's exit status (0: done)."""
     print(text)
     if out is not None:
         out.write_text(text + "\n")

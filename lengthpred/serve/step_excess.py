@@ -18,9 +18,10 @@ import pandas as pd
 
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.serve.anatomy_cli import md_table
-from lengthpred.serve.profile_fit import model_step_times, step_durations
+from lengthpred.serve.paired import RUN_KEYS as KEYS
+from lengthpred.serve.profile_fit import kept_steps, model_step_times, step_durations
 
-KEYS = ["policy", "predictor", "load", "seed"]
+STALL_MS = 20.0  # a step this much over the profile after a completion counts as stalled
 
 
 def after_completion(steps: pd.DataFrame, finish: np.ndarray) -> np.ndarray:
@@ -36,29 +37,35 @@ def after_completion(steps: pd.DataFrame, finish: np.ndarray) -> np.ndarray:
 
 def step_excess(requests: pd.DataFrame, steps: pd.DataFrame, profile: HardwareProfile, skip: int = 2
                 ) -> pd.DataFrame:
-    """One row per step of every run (after `skip` warm-up steps, steps that scheduled something): KEYS, `kind`
-    (decode / prefill), `after_completion`, `excess_ms` (measured − modelled)."""
+    """One row per step of every run that a drift or a fit reads (`profile_fit.kept_steps`: after `skip` warm-up
+    steps, steps that scheduled something and overlapped no live prediction): KEYS, `kind` (decode / prefill),
+    `after_completion`, `excess_ms` (measured − modelled). A step's measured time is its cycle since the step
+    before (`step_durations`), so work the serving loop does between steps, such as an RLS update, counts in it."""
     frames = []
     for key, s in steps.groupby(KEYS, sort=False):
         s = s.reset_index(drop=True)
         k = dict(zip(KEYS, key, strict=True))
         r = requests.loc[(requests[KEYS] == pd.Series(k)).all(axis=1)]
-        keep = (np.arange(len(s)) >= skip) & (s["batch"].to_numpy() > 0)
+        d, m = step_durations(s), model_step_times(s, profile)
         frames.append(pd.DataFrame({
             **k, "kind": np.where(s["prefill_tokens"].to_numpy() > 0, "prefill", "decode"),
             "after_completion": after_completion(s, r["finish"].to_numpy(float)),
-            "excess_ms": 1000 * (step_durations(s) - model_step_times(s, profile))})[keep])
+            "excess_ms": 1000 * (d - m)})[kept_steps(s, d, m, skip)])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def excess_table(folders: Sequence[tuple[str, pd.DataFrame]]) -> str:
-    """Markdown: per (folder, policy, predictor), the median excess (ms) of decode and prefill steps after a
-    completion and after none, and how many steps followed a completion."""
-    head = ["folder", "policy (predictor)", "decode after a completion", "decode after none",
-            "prefill after a completion", "prefill after none", "steps after a completion"]
+    """Markdown: per (folder, load, policy, predictor), the median excess (ms) over all its steps of each kind after a
+    completion and after none, the share of steps after a completion more than `STALL_MS` over, and how many
+    steps followed a completion. A folder without steps gives no row."""
+    head = ["folder", "load", "policy (predictor)", "decode after a completion", "decode after none",
+            "prefill after a completion", "prefill after none", f"after a completion: > {STALL_MS:g} ms over",
+            "steps after a completion"]
     rows = []
     for name, x in folders:
-        for (pol, pred), g in x.groupby(["policy", "predictor"], sort=True):
+        if x.empty:
+            continue
+        for (load, pol, pred), g in x.groupby(["load", "policy", "predictor"], sort=True):
             med = g.groupby(["kind", "after_completion"])["excess_ms"].median()
 
             def cell(kind: str, after: bool, med: pd.Series = med) -> str:
@@ -66,6 +73,8 @@ def excess_table(folders: Sequence[tuple[str, pd.DataFrame]]) -> str:
                     return "—"
                 return f"{round(float(med[(kind, after)]), 1) + 0.0:+.1f}"  # + 0.0: no "-0.0" from float noise
 
-            rows.append([name, f"{pol} ({pred})", cell("decode", True), cell("decode", False), cell("prefill", True),
-                         cell("prefill", False), str(int(g["after_completion"].sum()))])
+            after = g[g["after_completion"]]
+            stalled = f"{100 * (after['excess_ms'] > STALL_MS).mean():.0f}%" if len(after) else "—"
+            rows.append([name, f"{load:g}", f"{pol} ({pred})", cell("decode", True), cell("decode", False),
+                         cell("prefill", True), cell("prefill", False), stalled, str(len(after))])
     return md_table(head, rows).rstrip("\n")

@@ -30,6 +30,7 @@ from lengthpred.serve.paired import paired_gains
 METRICS = {"per_token_latency_mean": "per-token mean", "per_token_latency_p50": "per-token median",
            "ttft_mean": "TTFT mean", "jct_mean": "E2E mean", "jct_p99": "E2E p99"}
 BASELINES = ("fcfs", "fcfs-prefill-first")
+LOO_COLUMNS = {"rid", "policy", "predictor", "load", "seed", "arrival", "first_token", "finish", "output_tokens", "status"}
 
 
 @dataclass
@@ -52,12 +53,13 @@ def _read(folder: Path, name: str, requests: bool = False) -> StoredFolder:
     runs = pd.read_csv(folder / "serve_runs.csv")
     real = runs[runs["hardware"] == meta["engine"]].drop(columns=["experiment"], errors="ignore")
     check = folder / "calibration_check.json"
-    reqs = pd.read_parquet(folder / "serve_requests.parquet") if requests else pd.DataFrame()
+    rq = folder / "serve_requests.parquet"
+    reqs = pd.read_parquet(rq) if requests and rq.is_file() else pd.DataFrame()
     return StoredFolder(name, real, meta, json.loads(check.read_text()) if check.is_file() else None, reqs)
 
 
 @contextmanager
-def run_folder(folder: Path) -> Iterator[Path]:
+def serve_folder(folder: Path) -> Iterator[Path]:
     """`folder` itself when it is a serve run folder; else its parts (sub-folders holding serve.json) merged into
     a temporary one, removed on exit; a folder that is neither is refused in one line."""
     folder = Path(folder)
@@ -74,7 +76,7 @@ def run_folder(folder: Path) -> Iterator[Path]:
 def load_folder(folder: Path, requests: bool = False) -> StoredFolder:
     """A serve run folder, or one whose parts (sub-folders holding serve.json) are merged first; a folder that
     is neither is refused in one line. `requests`: also read the per-request rows (for `loo_table`)."""
-    with run_folder(folder) as d:
+    with serve_folder(folder) as d:
         return _read(d, Path(folder).name, requests)
 
 
@@ -100,6 +102,7 @@ def calibration(f: StoredFolder) -> str:
 def folder_gains(f: StoredFolder, baselines: Sequence[str] = BASELINES, loo: bool = False) -> pd.DataFrame:
     """Paired gains of every other policy over each baseline the folder ran (`paired.COLUMNS` + `baseline`);
     `loo`: with the leave-one-request-out ranges (the folder read with its requests)."""
+    loo = loo and LOO_COLUMNS <= set(f.requests.columns)  # a folder stored without its requests: gains only
     frames = []
     for b in baselines:
         if b in set(f.runs["policy"]):
@@ -137,7 +140,6 @@ def summary_table(folders: Sequence[StoredFolder], baseline: str) -> str:
     return md_table(head, rows).rstrip("\n")
 
 
-
 def _loo_cell(r: pd.Series) -> str:
     if not math.isfinite(r.gain):
         return "—"
@@ -146,21 +148,17 @@ def _loo_cell(r: pd.Series) -> str:
     return f"{100 * r.gain:+.0f}% ({100 * r.loo_low:+.0f} … {100 * r.loo_high:+.0f})"
 
 
-def _arm(requests: pd.DataFrame, load: float, policy: str, predictor: str) -> pd.DataFrame:
-    if not {"load", "policy", "predictor"} <= set(requests.columns):
-        return requests.iloc[0:0]
-    return requests[(requests["load"] == load) & (requests["policy"] == policy) & (requests["predictor"] == predictor)]
-
-
 def _yielded(r: pd.DataFrame) -> str:
-    return f"{100 * r['split'].astype(bool).mean():.0f}%" if "split" in r and len(r) else "—"
+    """Share of the arm's requests whose decode yielded its slot (`split`; a request stored before the column
+    existed counts as not yielded)."""
+    return f"{100 * r['split'].eq(True).mean():.0f}%" if "split" in r and len(r) else "—"
 
 
 def _ranked(r: pd.DataFrame) -> str:
-    """Spearman of the arm's predictions with the answers it served, pooled over its runs (per-run range)."""
-    if not {"prediction", "output_tokens"} <= set(r.columns):
+    """Spearman of the arm's predictions with the answers it finished, pooled over its runs (per-run range)."""
+    if not {"prediction", "output_tokens", "status", "seed"} <= set(r.columns):
         return "—"
-    r = r[r["prediction"].notna() & r["output_tokens"].notna()]
+    r = r[r["prediction"].notna() & r["output_tokens"].notna() & (r["status"] == "finished")]
     if len(r) < 3 or r["prediction"].nunique() < 2:
         return "—"
     per_run = [stats.spearmanr(g["prediction"], g["output_tokens"]).statistic for _, g in r.groupby("seed")
@@ -171,12 +169,10 @@ def _ranked(r: pd.DataFrame) -> str:
 
 def loo_table(folders: Sequence[StoredFolder], baseline: str = "fcfs") -> str:
     """Markdown: one row per (folder, policy) against `baseline`; each cell the gain and, in brackets, its lowest
-    and highest value when one request (of one repeat, left out of every policy's run) is dropped; last, the
-    share of the policy's requests whose decode yielded its slot after a prefill-first phase (what makes an
-    in-engine prediction cost more than its readout), and how its predictions ranked the answers it served
-    (Spearman pooled over its runs, with the per-run range). Folders must be read with `requests=True`."""
-    head = ["folder", "load", "policy (predictor)", "repeats", *METRICS.values(), "request that moves per-token mean most",
-            "decodes that yielded", "predictions' Spearman with the answers"]
+    and highest value when one request (of one repeat, left out of every policy's run) is dropped ("—" without
+    stored requests), and the request whose removal moves the per-token mean most. Folders are read with
+    `requests=True`."""
+    head = ["folder", "load", "policy (predictor)", "repeats", *METRICS.values(), "request that moves per-token mean most"]
     rows = []
     for f in folders:
         g = folder_gains(f, [baseline], loo=True)
@@ -185,8 +181,28 @@ def loo_table(folders: Sequence[StoredFolder], baseline: str = "fcfs") -> str:
         for (load, pol, pred), x in g.groupby(["load", "policy", "predictor"], sort=True):
             by = x.set_index("metric")
             cells = [_loo_cell(by.loc[m]) if m in by.index else "—" for m in METRICS]
-            who = by.loc["per_token_latency_mean", "loo_request"] if "per_token_latency_mean" in by.index else ""
-            arm = _arm(f.requests, load, pol, pred)
-            rows.append([f.name, f"{load:g}", f"{pol} ({pred})", str(int(by["n"].max())), *cells, who or "—",
-                         _yielded(arm), _ranked(arm)])
+            who = by.loc["per_token_latency_mean", "loo_request"] if "per_token_latency_mean" in by.index else None
+            rows.append([f.name, f"{load:g}", f"{pol} ({pred})", str(int(by["n"].max())), *cells,
+                         who if isinstance(who, str) and who else "—"])
+    return md_table(head, rows).rstrip("\n")
+
+
+def predictor_table(folders: Sequence[StoredFolder]) -> str:
+    """Markdown: one row per (folder, load, policy) that served predictions or prefills first: how many runs, the
+    share of its requests whose decode yielded its slot after the prefill (what makes an in-engine prediction
+    cost more than its readout), and how its predictions ranked the answers it served (Spearman pooled over its
+    runs, with the per-run range). Folders are read with `requests=True`."""
+    head = ["folder", "load", "policy (predictor)", "runs", "decodes that yielded",
+            "predictions' Spearman with the answers (pooled; per run)"]
+    rows = []
+    for f in folders:
+        r = f.requests
+        if not {"load", "policy", "predictor", "seed"} <= set(r.columns):
+            continue
+        for (load, pol, pred), arm in r.groupby(["load", "policy", "predictor"], sort=True):
+            predicts = "prediction" in arm and arm["prediction"].notna().any()
+            splits = "split" in arm and arm["split"].eq(True).any()
+            if predicts or splits:
+                rows.append([f.name, f"{load:g}", f"{pol} ({pred})", str(arm["seed"].nunique()), _yielded(arm),
+                             _ranked(arm)])
     return md_table(head, rows).rstrip("\n")
