@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats
 
 from lengthpred.errors import DataError
+from lengthpred.metrics import spearman_or_nan
 from lengthpred.serve.anatomy_cli import md_table
 from lengthpred.serve.merge import merge_runs
 from lengthpred.serve.metrics import SLO
@@ -161,9 +161,9 @@ def _ranked(r: pd.DataFrame) -> str:
     r = r[r["prediction"].notna() & r["output_tokens"].notna() & (r["status"] == "finished")]
     if len(r) < 3 or r["prediction"].nunique() < 2:
         return "—"
-    per_run = [stats.spearmanr(g["prediction"], g["output_tokens"]).statistic for _, g in r.groupby("seed")
+    per_run = [spearman_or_nan(g["prediction"], g["output_tokens"]) for _, g in r.groupby("seed")
                if len(g) >= 3 and g["prediction"].nunique() > 1]
-    pooled = stats.spearmanr(r["prediction"], r["output_tokens"]).statistic
+    pooled = spearman_or_nan(r["prediction"], r["output_tokens"])
     return f"{pooled:.2f} ({min(per_run):.2f} … {max(per_run):.2f})" if per_run else f"{pooled:.2f}"
 
 
