@@ -1,7 +1,10 @@
 """Added cost per request of the readout from the engine's own prefill (LEAP) on vLLM, against a plain request.
 
-    VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=1 OMP_WAIT_POLICY=PASSIVE nice -n 10 \\
+    VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=1 OMP_WAIT_POLICY=ACTIVE nice -n 10 \\
       .venv-vllm/bin/python benchmarks/bench_engine_readout.py --n-prompts 24 --reps 5 --max-tokens 4
+
+Use the wait policy the serving runs use (ACTIVE): it sets the prefill step that the shares divide by (58 ms
+ACTIVE, 122 ms PASSIVE on the same quiet cores), while the added milliseconds barely move.
 
 One in-process engine as `make serve` runs it with `serve.predictor.source=engine` (layer-20 capture hook,
 prefix caching salted per request, KV blocks of `--block-size`), one slot, so each request runs alone. For
