@@ -2,7 +2,9 @@
 folder replayed by the current simulator on its own calibration profile (as `scripts/serve.py
 serve.resimulate=<folder>`), then per folder the per-run |simulated − real| / real of the means, the cells and the
 runs that meet the goal (≤ 5% on means, ≤ 10% on p90s), under four replays: the calibration profile, the previous
-run's speed, the speed of the window before, each run's own speed.
+run's speed, the speed of the window before, each run's own speed; then whether the simulator forecasts the
+paired gains (each policy over FCFS, over prefill-first FCFS and, for aging, over SJF) that the engine measured
+(lengthpred.serve.gain_fidelity).
 
     python scripts/serve_fidelity_overview.py RUN_DIR [RUN_DIR ...] [--window-s 2] [--out FILE.md]
 
@@ -15,13 +17,22 @@ import argparse
 import sys
 from pathlib import Path
 
+import pandas as pd
 from tqdm import tqdm
 
 from lengthpred.errors import LengthpredError
 from lengthpred.serve.anatomy_cli import emit
 from lengthpred.serve.fidelity_overview import REPLAYS, folder_fidelity, overview_table
-from lengthpred.serve.summary import describe, load_folder, serve_folder
+from lengthpred.serve.gain_fidelity import gain_fidelity, gains_page
+from lengthpred.serve.summary import BASELINES, describe, load_folder, serve_folder
 from lengthpred.stages.serve import resimulated
+
+
+def folder_gains(fid: pd.DataFrame) -> pd.DataFrame:
+    """Every policy over FCFS and over prefill-first FCFS, and aging over SJF (what it buys and costs, item 6)."""
+    parts = [gain_fidelity(fid, b, skip=BASELINES[:i]) for i, b in enumerate(BASELINES)]
+    aging = gain_fidelity(fid, "sjf")
+    return pd.concat([*parts, aging[aging["policy"] == "sjf-aging"]], ignore_index=True)
 
 
 def main(argv: list[str]) -> int:
@@ -34,6 +45,7 @@ def main(argv: list[str]) -> int:
         print(f"error: --window-s must be a positive number of seconds, got {a.window_s}", file=sys.stderr)
         return 2
     rows: dict[str, list] = {attr: [] for attr in REPLAYS}
+    gains: dict[str, list] = {attr: [] for attr in REPLAYS}
     try:
         for d in tqdm(a.run_dirs, desc="folders", unit="folder"):
             with serve_folder(d) as run:  # a folder in parts is merged once, here
@@ -41,6 +53,7 @@ def main(argv: list[str]) -> int:
                 res = resimulated(run, speed_window_s=a.window_s)[0]
             for attr in REPLAYS:
                 rows[attr].append((d.name, workload, folder_fidelity(getattr(res, attr))))
+                gains[attr].append((d.name, folder_gains(getattr(res, attr))))
     except LengthpredError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -49,6 +62,7 @@ def main(argv: list[str]) -> int:
     text += ("\n\nCells: |simulated − real| / real of each run, mean over the folder's runs (worst run). Mean cells: "
              "one policy's mean over its runs (goal ≤ 5%); p90 cells: per-token, TTFT and E2E p90 (goal ≤ 10%). "
              "A run meets the goal when all four of its means are within 5% and all three p90s within 10%.")
+    text += "\n\n" + gains_page(gains, REPLAYS)
     return emit(text, a.out)
 
 

@@ -66,7 +66,7 @@ def gain_interval(f: np.ndarray, x: np.ndarray, level: float = 0.95, n_boot: int
     return float(res.confidence_interval.low), float(res.confidence_interval.high), f"{100 * level:g}% paired bootstrap"
 
 
-def _gain(f: np.ndarray, x: np.ndarray) -> float:
+def pooled_gain(f: np.ndarray, x: np.ndarray) -> float:
     """1 − mean(x) / mean(f) over the repeats where both runs have the statistic (an overloaded run is blank:
     its pair leaves both means, as it leaves the test and the interval)."""
     ok = np.isfinite(f) & np.isfinite(x)
@@ -103,7 +103,7 @@ def _loo(requests: pd.DataFrame, load: float, pol: tuple[str, str], fcfs: tuple[
                     continue  # a blanked (overloaded) run stays out, as it does of the point gain
                 f = np.array([left[fcfs][m] if t == s else base[(*fcfs, t)].get(m, math.nan) for t in seeds])
                 x = np.array([left[pol][m] if t == s else base[(*pol, t)].get(m, math.nan) for t in seeds])
-                out[m].append((_gain(f, x), f"seed {s} request {k}"))
+                out[m].append((pooled_gain(f, x), f"seed {s} request {k}"))
     return out
 
 
@@ -142,7 +142,7 @@ def paired_gains(real_runs: pd.DataFrame, requests: pd.DataFrame, slo: SLO, metr
                 f = np.array([base[(*fcfs, load, s)].get(m, math.nan) for s in pseeds], float)
                 x = np.array([base[(*pol, load, s)].get(m, math.nan) for s in pseeds], float)
                 ci_lo, ci_hi, note = gain_interval(f, x, level)
-                gain = _gain(f, x)
+                gain = pooled_gain(f, x)
                 lo, hi, who = _loo_range(lo_hi.get(m, []), gain)
                 ok = np.isfinite(f) & np.isfinite(x)  # the paired repeats: both means over the same ones
                 mf, mx = (float(np.mean(f[ok])), float(np.mean(x[ok]))) if ok.any() else (math.nan, math.nan)
