@@ -62,6 +62,7 @@ def test_the_committed_load08_rerun_replays_as_the_overview_says(tmp_path, capsy
     assert "| **all** |  | 40 |  |  |  |  |  | **0 / 16** | **0 / 12** | **0 / 40** |" in calibration
     assert "| **all** |  | 40 |  |  |  |  |  | **15 / 16** | **12 / 12** | **36 / 40** |" in tracked
     gains = tables[-1].split("**Does the simulator forecast the gains?**")[1]
-    assert "| serve_load08_blas1 | fcfs-prefill-first | sjf | +22% [+6, +32] → +21% ✓ | +1% [-1, +3] → +4% ✗ |" in gains
-    assert gains.count(" ✗ |") + gains.count(" ✗* |") == 1 and "| serve_load08_blas1 | fcfs-prefill-first | fcfs |" not in gains
+    assert ("| serve_load08_blas1 | 0.8 | fcfs-prefill-first | sjf (rls@1+engine) | 0.954 | +22% [+6, +32] → +21% ✓ "
+            "| +1% [-1, +3] → +4% ✗ |") in gains
+    assert gains.count(" ✗ |") + gains.count(" ✗* |") == 1 and "| fcfs-prefill-first | fcfs |" not in gains
     assert "| the calibration profile (out of sample) | 25 | 24 | " in gains
