@@ -27,9 +27,8 @@ from lengthpred.errors import DataError
 from lengthpred.metrics import spearman_or_nan
 from lengthpred.serve.anatomy_cli import md_table
 from lengthpred.serve.paired import gain_interval, pooled_gain, sign_flip_p
+from lengthpred.serve.summary import METRICS  # the headline statistics of the summary page, in its words
 
-METRICS = {"per_token_latency_mean": "per-token mean", "per_token_latency_p50": "per-token median",
-           "ttft_mean": "TTFT mean", "jct_mean": "E2E mean", "jct_p99": "E2E p99"}
 COLUMNS = ["load", "policy", "predictor", "metric", "baseline", "n", "real_gain", "ci_low", "ci_high", "sim_gain",
            "diff", "inside", "p_bias", "drift"]
 BIAS_P = 0.05
@@ -116,11 +115,7 @@ def gain_totals(folders: Sequence[tuple[str, pd.DataFrame]]) -> dict[str, float]
     """Over every cell with an interval: how many hold the simulated gain inside it, how many have an interval
     that excludes 0 and of those how many simulated gains share its sign, how many show a biased difference, and
     the median and largest |sim − real| in gain points."""
-    g = pd.concat([f for _, f in folders if len(f)], ignore_index=True) if any(len(f) for _, f in folders) else None
-    if g is None:
-        return {"cells": 0, "inside": 0, "clear": 0, "same_sign": 0, "biased": 0, "median_abs_diff": math.nan,
-                "max_abs_diff": math.nan}
-    g = g[np.isfinite(g["ci_low"].astype(float)) & np.isfinite(g["sim_gain"].astype(float))]
+    g = _with_interval(folders)
     diff = (100 * g["diff"].astype(float)).abs()
     clear = g[(g["ci_low"] > 0) | (g["ci_high"] < 0)]
     return {"cells": len(g), "inside": int((g["inside"] == 1).sum()), "clear": len(clear),
@@ -130,13 +125,18 @@ def gain_totals(folders: Sequence[tuple[str, pd.DataFrame]]) -> dict[str, float]
             "max_abs_diff": float(diff.max()) if len(g) else math.nan}
 
 
+def _with_interval(folders: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """Every folder's rows that have an interval and a simulated gain."""
+    frames = [f for _, f in folders if len(f)]
+    g = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+    return g[np.isfinite(g["ci_low"].astype(float)) & np.isfinite(g["sim_gain"].astype(float))]
+
+
 def drift_table(folders: Sequence[tuple[str, pd.DataFrame]]) -> str:
     """Markdown: per metric, over the cells with an interval, the Spearman correlation between sim − real and the
     policy runs' mean drift (cells of one folder share runs: a description, not a test)."""
-    frames = [f for _, f in folders if len(f)]
-    g = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
-    g = g[np.isfinite(g["ci_low"].astype(float)) & np.isfinite(g["sim_gain"].astype(float))
-          & np.isfinite(g["drift"].astype(float))]
+    g = _with_interval(folders)
+    g = g[np.isfinite(g["drift"].astype(float))]
     rows = []
     for m, name in METRICS.items():
         c = g[g["metric"] == m]
@@ -157,13 +157,15 @@ def gains_page(gains: Mapping[str, Sequence[tuple[str, pd.DataFrame]]], replays:
         t = gain_totals(gains[attr])
         rows.append([what, str(t["cells"]), str(t["inside"]), str(t["clear"]), str(t["same_sign"]), str(t["biased"]),
                      f"{t['median_abs_diff']:.1f} points", f"{t['max_abs_diff']:.1f} points"])
+    first = next(iter(replays))
     return ("**Does the simulator forecast the gains?** Each policy's paired gain over the baseline on the engine "
             "[95% interval over repeats] → the same gain in the simulator's replay of the same runs at "
-            f"{next(iter(replays.values()))}; ✓ inside the interval, ✗ outside, * the per-repeat differences "
+            f"{replays[first]}; ✓ inside the interval, ✗ outside, * the per-repeat differences "
             "between the two gains lean one way (sign-flip p < 0.05). The engine's interval measures how much its "
-            "repeats vary, not a tolerance: a wide one (TTFT) holds a large miss, so read the differences too\n\n" + gain_table(gains[next(iter(replays))])
+            "repeats vary, not a tolerance: a wide one (TTFT) holds a large miss, so read the differences too\n\n"
+            + gain_table(gains[first])
             + "\n\n**The gains under each replay** (cells with an interval; |simulated − real| in gain points)\n\n"
             + md_table(head, rows).rstrip("\n")
             + "\n\n**Where the simulated gain leans with the machine's speed** (the first replay; drift: the policy "
             "runs' measured / modelled step time, over 1 where the engine ran slower than the profile)\n\n"
-            + drift_table(gains[next(iter(replays))]))
+            + drift_table(gains[first]))
