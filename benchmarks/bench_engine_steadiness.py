@@ -88,8 +88,9 @@ def summarize(steps: pd.DataFrame, probe: pd.DataFrame, limits: EngineLimits, ou
     d, k, later = table["drift"].to_numpy(), table["kernel_vs_first"].to_numpy(), table.iloc[1:]
     print(f"engine: drift {d.min():.3f}–{d.max():.3f}, sd {d.std(ddof=1):.2%}, change from the burst before: median "
           f"{np.median(np.abs(d[1:] / d[:-1] - 1)):.2%}, largest {np.max(np.abs(d[1:] / d[:-1] - 1)):.2%}")
-    print(f"fixed step: {k.min():.3f}–{k.max():.3f} of the first, sd {k.std(ddof=1):.2%}; Spearman with the "
-          f"engine's drift {spearman_or_nan(d, k):+.2f}")
+    print(f"fixed step: {k.min():.3f}–{k.max():.3f} of the first, sd {k.std(ddof=1):.2%}, change from the burst "
+          f"before: median {np.median(np.abs(k[1:] / k[:-1] - 1)):.2%}, largest {np.max(np.abs(k[1:] / k[:-1] - 1)):.2%}; "
+          f"Spearman with the engine's drift {spearman_or_nan(d, k):+.2f}")
     for w in ("2s", "10s"):
         print(f"inside a burst, {w} windows (median over bursts after the first): against the profile "
               f"{later[f'wander_profile_{w}'].median():.2%}, against the first burst's same steps "

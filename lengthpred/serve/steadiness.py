@@ -23,12 +23,13 @@ from lengthpred.serve.fidelity import step_drift
 from lengthpred.serve.profile_fit import fit_profile, kept_steps, model_step_times, step_durations
 
 HIDDEN, MLP, LAYERS, VOCAB = 576, 1536, 30, 49152  # SmolLM2-135M's shapes
+WORK = ("batch", "prefill_tokens", "ctx_tokens")  # what two bursts must have scheduled alike, step by step
 
 
 def decode_like_step(seed: int = 0) -> Callable[[], None]:
-    """A fixed step that reads fp32 weights the size of SmolLM2-135M's once (30 layers of attention and MLP
-    projections and the 49,152-token head, 590 MB) with a batch of 4 rows, like a decode step: memory-bound,
-    no engine. Threads are torch's (`torch.set_num_threads`)."""
+    """A fixed step that reads fp32 weights of about SmolLM2-135M's size once (its 30 layers' projections, with
+    K and V at full width, and the 49,152-token head: 148M weights, 591 MB, 10% more than the model's) with a
+    batch of 4 rows, like a decode step: memory-bound, no engine. Threads are torch's (`torch.set_num_threads`)."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -50,6 +51,8 @@ def window_means(t: np.ndarray, dt: np.ndarray, width_s: float) -> pd.DataFrame:
     t, dt = np.asarray(t, float), np.asarray(dt, float)
     if len(t) != len(dt) or not len(t):
         raise ValueError(f"need as many step times as start times, and at least one: got {len(t)} and {len(dt)}")
+    if not (np.isfinite(t).all() and np.isfinite(dt).all() and (dt >= 0).all() and (np.diff(t) >= 0).all()):
+        raise ValueError("step start times must be finite and in order, and step times finite and >= 0")
     if width_s <= 0:
         raise ValueError(f"width_s must be positive, got {width_s}")
     w = np.floor((t - t[0]) / width_s).astype(int)
@@ -71,6 +74,10 @@ def steadiness(t: np.ndarray, dt: np.ndarray, short_s: float = 2.0, run_s: float
     runs = window_means(t, dt, run_s)
     if len(runs) < 2:
         raise ValueError(f"need at least two {run_s:g} s windows of steps to compare, got {len(runs)}")
+    gaps = np.flatnonzero(np.diff(runs["start"].to_numpy()) > run_s * 1.5)
+    if len(gaps):
+        raise ValueError(f"no step in the {run_s:g} s window after {runs['start'].iloc[gaps[0]]:g} s (a suspended "
+                         "process?): the windows around it cannot be compared")
     m = runs["mean_ms"].to_numpy()
     first = m[1:] / m[0]
     prev = np.abs(m[1:] / m[:-1] - 1)
@@ -105,27 +112,30 @@ def repeated_bursts(steps: pd.DataFrame, profile: HardwareProfile, window_s: flo
     """The same burst of requests served again and again on one engine (`steps`: `RunLog.steps` frames with a
     `burst` column, in the order they ran). Per burst: `drift` (measured / modelled time of its kept steps on
     `profile`, `profile_fit.kept_steps`); `vs_first` (its step time over the first burst's, step by step: NaN
-    unless it scheduled the same batches); and how far its `window_s` windows wander, as the standard deviation
-    of each window's ratio over the burst's whole one: `wander_profile` against the profile (what the tracked
+    unless it scheduled the same `WORK` at every step); and how far its `window_s` windows wander, as the
+    standard deviation of each window's ratio over the burst's whole one: `wander_profile` against the profile (what the tracked
     replay follows: speed and the step model's misfit together) and `wander_first` against the first burst's
     same steps (speed alone, since the work is the same)."""
-    groups = [g.reset_index(drop=True) for _, g in steps.groupby("burst", sort=False)]
+    labels, groups = [], []
+    for label, g in steps.groupby("burst", sort=False):
+        labels.append(label)
+        groups.append(g.reset_index(drop=True))
     if not groups:
         raise ValueError("no bursts: the steps need a `burst` column and at least one step")
     ref = groups[0]
     dref = step_durations(ref)
     rows = []
-    for i, b in enumerate(groups):
+    for label, b in zip(labels, groups, strict=True):
         d, m = step_durations(b), model_step_times(b, profile)
         keep = kept_steps(b, d, m, skip)
-        same = len(b) == len(ref) and bool((b["batch"].to_numpy() == ref["batch"].to_numpy()).all())
+        same = len(b) == len(ref) and all((b[c].to_numpy() == ref[c].to_numpy()).all() for c in WORK)
         t = b["t_start"].to_numpy(float)
         w = np.floor((t - t[0]) / window_s).astype(int)
         df = pd.DataFrame({"w": w, "d": d, "m": m, "r": dref if same else np.nan})[keep]
         win = df.groupby("w").sum().iloc[:-1]  # the last window is partial
         drift = df["d"].sum() / df["m"].sum()
         first = df["d"].sum() / df["r"].sum() if same else np.nan
-        rows.append({"burst": i, "steps": len(b), "drift": float(drift), "vs_first": float(first),
+        rows.append({"burst": label, "steps": len(b), "drift": float(drift), "vs_first": float(first),
                      "wander_profile": float((win["d"] / win["m"] / drift).std()),
                      "wander_first": float((win["d"] / win["r"] / first).std()) if same else np.nan})
     return pd.DataFrame(rows)
