@@ -30,7 +30,7 @@ from lengthpred.serve.engine import EngineLimits
 from lengthpred.serve.predictor import NoPredictor
 from lengthpred.serve.priority import get_policy
 from lengthpred.serve.replay import replay
-from lengthpred.serve.steadiness import burst_table, decode_like_step
+from lengthpred.serve.steadiness import burst_table, changes, decode_like_step
 from lengthpred.serve.workload import draw_requests, make_requests
 from lengthpred.stages.serve import load_inputs, make_engine, settings_from_cfg
 
@@ -87,9 +87,9 @@ def summarize(steps: pd.DataFrame, probe: pd.DataFrame, limits: EngineLimits, ou
     print(table.round(4).to_string(index=False))
     d, k, later = table["drift"].to_numpy(), table["kernel_vs_first"].to_numpy(), table.iloc[1:]
     print(f"engine: drift {d.min():.3f}–{d.max():.3f}, sd {d.std(ddof=1):.2%}, change from the burst before: median "
-          f"{np.median(np.abs(d[1:] / d[:-1] - 1)):.2%}, largest {np.max(np.abs(d[1:] / d[:-1] - 1)):.2%}")
+          f"{np.median(changes(d)):.2%}, largest {changes(d).max():.2%}")
     print(f"fixed step: {k.min():.3f}–{k.max():.3f} of the first, sd {k.std(ddof=1):.2%}, change from the burst "
-          f"before: median {np.median(np.abs(k[1:] / k[:-1] - 1)):.2%}, largest {np.max(np.abs(k[1:] / k[:-1] - 1)):.2%}; "
+          f"before: median {np.median(changes(k)):.2%}, largest {changes(k).max():.2%}; "
           f"Spearman with the engine's drift {spearman_or_nan(d, k):+.2f}")
     for w in ("2s", "10s"):
         print(f"inside a burst, {w} windows (median over bursts after the first): against the profile "

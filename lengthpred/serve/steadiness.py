@@ -1,12 +1,14 @@
-"""How steady is this machine's speed, with no engine at all? (`benchmarks/bench_machine_steadiness.py`)
+"""How steady is the speed a serve run is forecast from: the bare machine's, the engine's, the stored runs'.
 
 The simulator forecasts a run from a calibration made before it, so a run can only match to within a few
 percent if the machine's speed holds that well from the calibration to the run and through the run. This
-module summarises a fixed workload's step times, timed back to back: its speed in short windows (the
+module summarises a fixed workload's step times, timed back to back with no engine
+(`benchmarks/bench_machine_steadiness.py`): its speed in short windows (the
 tracked replay's 2 s) and in run-length windows (a serve run's few minutes), each relative to the first
 run-length window (the calibration's place) and to the window before (the previous run's place). The
 engine's side (`benchmarks/bench_engine_steadiness.py`): the same burst of requests served again and again,
-so the work is the same and only the speed can change (`repeated_bursts`).
+so the work is the same and only the speed can change (`repeated_bursts`); and the stored serve runs' drift
+against one profile refitted on all of them (`drift_sources`, `scripts/serve_drift_sources.py`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ def decode_like_step(seed: int = 0) -> Callable[[], None]:
             (xm if w.shape[0] == MLP else x) @ w
 
     return step
+
+
+def changes(x: np.ndarray) -> np.ndarray:
+    """|each value / the one before − 1|: how far a speed moved from one window, burst or run to the next."""
+    x = np.asarray(x, float)
+    return np.abs(x[1:] / x[:-1] - 1)
 
 
 def window_means(t: np.ndarray, dt: np.ndarray, width_s: float) -> pd.DataFrame:
@@ -80,7 +88,7 @@ def steadiness(t: np.ndarray, dt: np.ndarray, short_s: float = 2.0, run_s: float
                          "process?): the windows around it cannot be compared")
     m = runs["mean_ms"].to_numpy()
     first = m[1:] / m[0]
-    prev = np.abs(m[1:] / m[:-1] - 1)
+    prev = changes(m)
     short = window_means(t, dt, short_s)
     run_of = np.floor(short["start"].to_numpy() / run_s).astype(int)
     keep = run_of < len(runs)
@@ -113,9 +121,9 @@ def repeated_bursts(steps: pd.DataFrame, profile: HardwareProfile, window_s: flo
     `burst` column, in the order they ran). Per burst: `drift` (measured / modelled time of its kept steps on
     `profile`, `profile_fit.kept_steps`); `vs_first` (its step time over the first burst's, step by step: NaN
     unless it scheduled the same `WORK` at every step); and how far its `window_s` windows wander, as the
-    standard deviation of each window's ratio over the burst's whole one: `wander_profile` against the profile (what the tracked
-    replay follows: speed and the step model's misfit together) and `wander_first` against the first burst's
-    same steps (speed alone, since the work is the same)."""
+    standard deviation of each window's ratio over the burst's whole one: `wander_profile` against the profile
+    (what the tracked replay follows: speed and the step model's misfit together) and `wander_first` against
+    the first burst's same steps (speed alone, since the work is the same)."""
     labels, groups = [], []
     for label, g in steps.groupby("burst", sort=False):
         labels.append(label)
@@ -172,5 +180,5 @@ def drift_sources(runs: Sequence[pd.DataFrame], profile: HardwareProfile, skip: 
     batch = np.array([s["batch"].to_numpy()[skip:][s["batch"].to_numpy()[skip:] > 0].mean() for s in runs])
     return {"runs": len(runs), "drift_min": float(cal.min()), "drift_max": float(cal.max()),
             "sd_calibration": float(cal.std(ddof=1)), "sd_pooled": float(pool.std(ddof=1)),
-            "changed_previous": float(np.median(np.abs(cal[1:] / cal[:-1] - 1))),
+            "changed_previous": float(np.median(changes(cal))),
             "rho_batch": spearman_or_nan(batch, cal)}
