@@ -8,6 +8,8 @@
   checkout (an editable install run from another folder keeps one data folder), else the working directory
   (a regular install). So a run never writes beside `site-packages`, nor into another clone whose venv it
   borrows.
+- `CONF_DIR`: the Hydra configs, shipped in the package (`lengthpred/conf`; a checkout's `conf/` is a symlink
+  to it), so an installed wheel composes them as `pkg://lengthpred.conf`.
 - `reference_dir(data_dir)`: the committed reference traces: `<data_dir>/reference` when the home is a
   checkout (as in the default set-up), else the package's checkout's `data/reference`.
 """
@@ -19,6 +21,8 @@ from pathlib import Path
 
 HOME_ENV = "LENGTHPRED_HOME"
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+# the Hydra configs, inside the package so an installed wheel has them (a checkout's conf/ links here)
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def is_checkout(folder: Path) -> bool:

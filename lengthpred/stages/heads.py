@@ -25,9 +25,9 @@ from lengthpred.features.settings import FeatureSettings
 from lengthpred.heads.base import HEADS, BaseHead
 from lengthpred.heads.settings import HeadSettings
 from lengthpred.names import FeatureKey
-from lengthpred.paths import REPO_ROOT
+from lengthpred.paths import CONF_DIR
 
-HEAD_DIR = REPO_ROOT / "conf" / "head"
+HEAD_DIR = CONF_DIR / "head"
 PARAMS_GROUP = "head_params"  # a config group in Hydra's ConfigStore, one option per registered head
 
 
