@@ -479,6 +479,7 @@ def _reference(folder: str):
     return res, real, gains
 
 
+@pytest.mark.datasets  # resimulating trace arrivals reads the Azure trace from the datasets
 def test_the_trace_arrival_runs_read_as_the_readme_says():
     """The README's trace-arrival block, recomputed from the committed runs (which also checks that a run with
     trace arrivals resimulates: it reads its trace again): the predictions' per-token gain over fcfs-pf has an
@@ -496,6 +497,7 @@ def test_the_trace_arrival_runs_read_as_the_readme_says():
     assert over_fcfs.loc[("sjf", "jct_p99"), "ci_high"] < 0  # the long requests pay
 
 
+@pytest.mark.datasets  # resimulating trace arrivals reads the Azure trace from the datasets
 def test_the_rerun_with_blas_on_one_thread_reads_as_the_readme_says():
     """The README's rerun of the trace-arrival repeats after the per-completion stall was removed: the
     predictions' per-token gain over fcfs-pf holds, E2E mean now gains over FCFS, the long requests still pay,
