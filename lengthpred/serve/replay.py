@@ -28,7 +28,7 @@ prefill's; nothing waits outside the engine. `split` marks the requests that yie
 
 The loop runs with numpy's BLAS on one thread: an RLS update (a 577x577 matrix-vector product) woke
 OpenBLAS's worker threads, which then spin beside the engine's step; on vLLM-CPU, whose OpenMP threads use
-every core, that slowed the step after each completion by 29-55 ms (docs/serve_step_excess.md).
+every core, that slowed the step after each completion by 29-55 ms (docs/results/serving/serve_step_excess.md).
 """
 
 from __future__ import annotations

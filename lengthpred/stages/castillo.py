@@ -10,7 +10,8 @@ Writes into `out_dir`: `union/` (prompts.jsonl, lengths.npz), `split.json`, `cov
 `predictions.parquet` (each fit also kept in `crossmodel.fit_cache` on its content key, so a rerun or a
 resumed crash fits only what changed), `results.csv`, `ceilings_test.csv`, `ceilings_all.csv`, `transfer_<head>.csv`,
 `tables/` (T7*.md/.tex/.csv), `plots/`, `summary.json` (sizes, warnings, stage times); with `docs_dir`,
-the Markdown tables and figures are copied there too.
+the figures are copied into its `figures/` too. The tables reach the docs as committed rows:
+`python -m docsgen.convert --ingest <out_dir>/tables --prefix castillo_ --made-by "make castillo"`, then `make docs`.
 """
 
 from __future__ import annotations
@@ -285,12 +286,12 @@ def _report(cfg: DictConfig, union: PromptUnion, results: pd.DataFrame, fits: pd
         written += [p] if p else []
     p = achieved_vs_ceiling(results, look, models, primary, out / "plots" / "castillo_vs_ceiling.png")
     written += [p] if p else []
-    if cm.docs_dir:
-        docs = resolve(str(cm.docs_dir))
+    if cm.docs_dir:  # figures only: tables are ingested as rows (module docstring)
+        figures = resolve(str(cm.docs_dir)) / "figures"
+        figures.mkdir(parents=True, exist_ok=True)
         for w in written:
-            dst = docs / ("figures" if w.suffix == ".png" else "") / f"{'' if w.suffix == '.png' else 'castillo_'}{w.name}"
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(w, dst)
+            if w.suffix == ".png":
+                shutil.copyfile(w, figures / w.name)
     return written
 
 

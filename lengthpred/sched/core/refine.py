@@ -12,7 +12,7 @@ Sources:
 - `calibrated_source`: true remaining length × exp(σ(t)·z), z an AR(1) series over a request's checkpoints
   (correlation `rho` between consecutive ones), σ(t) fitted so that the Spearman of predicted against true
   remaining length among requests still running at t matches a measured curve (`fit_sigma`;
-  `read_curve_spearman` reads docs/demo_decode_curve.md). A model of a decode head, not the head itself.
+  `read_curve_spearman` reads docs/results/refinement/demo_decode_curve.md). A model of a decode head, not the head itself.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def fit_sigma(lengths: np.ndarray, target: Mapping[float, float], *, seed: int =
 
 
 def read_curve_spearman(path: str | Path, head: str) -> dict[float, float]:
-    """{t: Spearman} of `head` from a decode curve's markdown table (docs/demo_decode_curve.md, curve.md)."""
+    """{t: Spearman} of `head` from a decode curve's markdown table (docs/results/refinement/demo_decode_curve.md, curve.md)."""
     text = Path(path).read_text()
     header = next((ln for ln in text.splitlines() if ln.startswith("| predictor")), None)
     row = next((ln for ln in text.splitlines() if ln.startswith(f"| {head}: spearman |")), None)
