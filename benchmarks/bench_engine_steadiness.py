@@ -24,13 +24,13 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 import lengthpred.cli  # noqa: F401  (registers conf/head_params)
+from lengthpred.lab.steadiness import burst_table, changes, decode_like_step
 from lengthpred.metrics import spearman_or_nan
 from lengthpred.models import load_tokenizer
 from lengthpred.serve.engine import EngineLimits
 from lengthpred.serve.predictor import NoPredictor
 from lengthpred.serve.priority import get_policy
 from lengthpred.serve.replay import replay
-from lengthpred.serve.steadiness import burst_table, changes, decode_like_step
 from lengthpred.serve.workload import draw_requests, make_requests
 from lengthpred.stages.serve import load_inputs, make_engine, settings_from_cfg
 

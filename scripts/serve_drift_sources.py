@@ -1,5 +1,5 @@
 """Is a serve folder's run-to-run step-time drift the machine's speed or the profile's coefficients?
-(lengthpred.serve.steadiness.drift_sources): per stored folder, the spread of the runs' drift on the calibration
+(lengthpred.lab.steadiness.drift_sources): per stored folder, the spread of the runs' drift on the calibration
 profile beside its spread on one profile fitted on all the folder's runs (in sample), how much it changed from
 one run to the next, and how it follows the runs' mean batch.
 
@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from lengthpred.errors import LengthpredError
-from lengthpred.serve.anatomy_cli import emit, md_table
+from lengthpred.lab.steadiness import drift_sources
+from lengthpred.lab.ttft_anatomy import load_stored
 from lengthpred.serve.paired import RUN_KEYS
-from lengthpred.serve.steadiness import drift_sources
 from lengthpred.serve.summary import serve_folder
-from lengthpred.serve.ttft_anatomy import load_stored
+from lengthpred.serve.tables_cli import emit, md_table
 
 HEAD = ["folder", "runs", "drift", "sd over runs: calibration profile", "sd: one profile fitted on all runs (in sample)",
         "median change from the run before", "Spearman with mean batch"]

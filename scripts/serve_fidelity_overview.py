@@ -1,10 +1,10 @@
-"""The simulator's fidelity over stored serve folders on one page (lengthpred.serve.fidelity_overview): each
+"""The simulator's fidelity over stored serve folders on one page (lengthpred.lab.fidelity_overview): each
 folder replayed by the current simulator on its own calibration profile (as `scripts/serve.py
 serve.resimulate=<folder>`), then per folder the per-run |simulated − real| / real of the means, the cells and the
 runs that meet the goal (≤ 5% on means, ≤ 10% on p90s), under four replays: the calibration profile, the previous
 run's speed, the speed of the window before, each run's own speed; then whether the simulator forecasts the
 paired gains (each policy over FCFS, over prefill-first FCFS and, for aging, over SJF) that the engine measured
-(lengthpred.serve.gain_fidelity).
+(lengthpred.lab.gain_fidelity).
 
     python scripts/serve_fidelity_overview.py RUN_DIR [RUN_DIR ...] [--window-s 2] [--out FILE.md]
 
@@ -21,10 +21,10 @@ import pandas as pd
 from tqdm import tqdm
 
 from lengthpred.errors import LengthpredError
-from lengthpred.serve.anatomy_cli import emit
-from lengthpred.serve.fidelity_overview import REPLAYS, folder_fidelity, overview_table
-from lengthpred.serve.gain_fidelity import gain_fidelity, gains_page
+from lengthpred.lab.fidelity_overview import REPLAYS, folder_fidelity, overview_table
+from lengthpred.lab.gain_fidelity import gain_fidelity, gains_page
 from lengthpred.serve.summary import BASELINES, describe, load_folder, serve_folder
+from lengthpred.serve.tables_cli import emit
 from lengthpred.stages.serve import resimulated
 
 

@@ -1,5 +1,5 @@
 """Where a prefill-first serve run's yielded decodes stall, real against the simulator
-(lengthpred.serve.stall_anatomy):
+(lengthpred.lab.stall_anatomy):
 
     python scripts/serve_stall_anatomy.py RUN_DIR [--window-s 10]
 
@@ -16,8 +16,9 @@ import sys
 import numpy as np
 import pandas as pd
 
-from lengthpred.serve.anatomy_cli import md_table, summarize_folder
-from lengthpred.serve.stall_anatomy import summarize
+from lengthpred.lab.anatomy_cli import summarize_folder
+from lengthpred.lab.stall_anatomy import summarize
+from lengthpred.serve.tables_cli import md_table
 
 
 def _mean(x: pd.Series) -> str:

@@ -1,5 +1,5 @@
 """How much longer than the profile the engine's steps ran after a completion, per stored serve folder and policy
-(lengthpred.serve.step_excess): the median measured − modelled step time (ms) of decode and prefill steps after
+(lengthpred.lab.step_excess): the median measured − modelled step time (ms) of decode and prefill steps after
 a completion and after none. A predictor that holds the cores at each completion shows as a gap the policies
 without one do not have.
 
@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 from lengthpred.errors import LengthpredError
-from lengthpred.serve.anatomy_cli import emit
-from lengthpred.serve.step_excess import excess_table, step_excess
+from lengthpred.lab.step_excess import excess_table, step_excess
+from lengthpred.lab.ttft_anatomy import load_stored
 from lengthpred.serve.summary import serve_folder
-from lengthpred.serve.ttft_anatomy import load_stored
+from lengthpred.serve.tables_cli import emit
 
 
 def main(argv: list[str]) -> int:

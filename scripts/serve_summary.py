@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from lengthpred.errors import LengthpredError
-from lengthpred.serve.anatomy_cli import emit
 from lengthpred.serve.summary import load_folder, loo_table, predictor_table, summary_table
+from lengthpred.serve.tables_cli import emit
 
 
 def main(argv: list[str]) -> int:

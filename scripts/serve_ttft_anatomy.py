@@ -1,4 +1,4 @@
-"""Why the simulator's TTFT misses a stored serve run, replayed at each run's own speed (lengthpred.serve.ttft_anatomy):
+"""Why the simulator's TTFT misses a stored serve run, replayed at each run's own speed (lengthpred.lab.ttft_anatomy):
 
     python scripts/serve_ttft_anatomy.py RUN_DIR [--window-s 10]
 
@@ -16,8 +16,9 @@ import sys
 import numpy as np
 import pandas as pd
 
-from lengthpred.serve.anatomy_cli import md_table, summarize_folder
-from lengthpred.serve.ttft_anatomy import summarize
+from lengthpred.lab.anatomy_cli import summarize_folder
+from lengthpred.lab.ttft_anatomy import summarize
+from lengthpred.serve.tables_cli import md_table
 
 
 def _pair(g: pd.DataFrame, col: str) -> str:

@@ -1,4 +1,4 @@
-"""The simulator's fidelity over stored serve folders on one page (lengthpred.serve.fidelity_overview,
+"""The simulator's fidelity over stored serve folders on one page (lengthpred.lab.fidelity_overview,
 scripts/serve_fidelity_overview.py)."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from lengthpred.serve.fidelity_overview import folder_fidelity, overview_table
+from lengthpred.lab.fidelity_overview import folder_fidelity, overview_table
 
 
 def _fid(errs: dict[tuple[str, int], dict[str, float]]) -> pd.DataFrame:

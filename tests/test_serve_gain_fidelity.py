@@ -1,4 +1,4 @@
-"""Whether the simulator forecasts the paired gains the engine measured (lengthpred.serve.gain_fidelity)."""
+"""Whether the simulator forecasts the paired gains the engine measured (lengthpred.lab.gain_fidelity)."""
 
 import math
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from lengthpred.errors import DataError
-from lengthpred.serve.gain_fidelity import drift_table, gain_fidelity, gain_table, gain_totals, gains_page
+from lengthpred.lab.gain_fidelity import drift_table, gain_fidelity, gain_table, gain_totals, gains_page
 
 M = "per_token_latency_mean"
 

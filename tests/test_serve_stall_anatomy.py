@@ -1,4 +1,4 @@
-"""Where a prefill-first run's yielded decodes stall, real against the simulator (lengthpred.serve.stall_anatomy,
+"""Where a prefill-first run's yielded decodes stall, real against the simulator (lengthpred.lab.stall_anatomy,
 scripts/serve_stall_anatomy.py), on fake-engine runs stored as a serve run folder: on an exact machine the same
 decodes yield in the run and its replay, every stall matches, and the re-prefilled tails are the model's."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lengthpred.lab.stall_anatomy import summarize
+from lengthpred.lab.ttft_anatomy import load_stored
 from lengthpred.serve.fidelity import at_speed, simulate_run
-from lengthpred.serve.stall_anatomy import summarize
-from lengthpred.serve.ttft_anatomy import load_stored
 
 from .test_serve import PROF
 from .test_serve_ttft_anatomy import _stored

@@ -1,4 +1,4 @@
-"""The machine-steadiness summary (`lengthpred.serve.steadiness`): windows, drift at two scales, steal share."""
+"""The machine-steadiness summary (`lengthpred.lab.steadiness`): windows, drift at two scales, steal share."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lengthpred.sched.core.hardware import HardwareProfile
-from lengthpred.serve.engine import EngineLimits
-from lengthpred.serve.steadiness import (
+from lengthpred.lab.steadiness import (
     burst_table,
     drift_sources,
     repeated_bursts,
@@ -18,6 +16,8 @@ from lengthpred.serve.steadiness import (
     steal_share,
     window_means,
 )
+from lengthpred.sched.core.hardware import HardwareProfile
+from lengthpred.serve.engine import EngineLimits
 
 
 def back_to_back(dts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,12 +1,12 @@
-"""The engine's step time over the profile after a completion (lengthpred.serve.step_excess,
+"""The engine's step time over the profile after a completion (lengthpred.lab.step_excess,
 scripts/serve_step_excess.py)."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from lengthpred.lab.step_excess import after_completion, excess_table, step_excess
 from lengthpred.sched.core.hardware import HardwareProfile
-from lengthpred.serve.step_excess import after_completion, excess_table, step_excess
 
 PROFILE = HardwareProfile("flat", t_base=0.01, t_seq=0.0, t_ctx=0.0, t_prefill_token=0.0, t_swap_token=0.0, max_batch=4,
                           token_budget=2048, kv_blocks=100, block_size=32)

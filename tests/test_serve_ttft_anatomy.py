@@ -1,4 +1,4 @@
-"""Where the simulator's TTFT misses a serve run (lengthpred.serve.ttft_anatomy, scripts/serve_ttft_anatomy.py), on
+"""Where the simulator's TTFT misses a serve run (lengthpred.lab.ttft_anatomy, scripts/serve_ttft_anatomy.py), on
 fake-engine runs stored as a serve run folder: an exact machine leaves no error in either group of requests."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lengthpred.lab.ttft_anatomy import load_stored, sensitivity, summarize, tracked_movers
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.serve.clock import VirtualClock
 from lengthpred.serve.experiment import ServeSettings, run_grid
 from lengthpred.serve.fake import FakeEngine
 from lengthpred.serve.fidelity import at_speed, simulate_run
 from lengthpred.serve.predictor import NoPredictor
-from lengthpred.serve.ttft_anatomy import load_stored, sensitivity, summarize, tracked_movers
 
 from .test_serve import PROF, _pool
 

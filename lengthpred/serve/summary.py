@@ -22,10 +22,10 @@ import pandas as pd
 
 from lengthpred.errors import DataError
 from lengthpred.metrics import spearman_or_nan
-from lengthpred.serve.anatomy_cli import md_table
 from lengthpred.serve.merge import merge_runs
 from lengthpred.serve.metrics import SLO
 from lengthpred.serve.paired import paired_gains
+from lengthpred.serve.tables_cli import md_table
 
 METRICS = {"per_token_latency_mean": "per-token mean", "per_token_latency_p50": "per-token median",
            "ttft_mean": "TTFT mean", "jct_mean": "E2E mean", "jct_p99": "E2E p99"}

@@ -18,11 +18,11 @@ import math
 import numpy as np
 import pandas as pd
 
+from lengthpred.lab.ttft_anatomy import StoredServe
 from lengthpred.sched.core.hardware import HardwareProfile
 from lengthpred.serve.fidelity import at_speed, simulate_run, speed_windows, step_drift
 from lengthpred.serve.priority import ServePolicy
 from lengthpred.serve.profile_fit import model_step_times, step_durations
-from lengthpred.serve.ttft_anatomy import StoredServe
 
 REPLAYS = ("own", "win")  # at the run's own speed; at its speed over windows
 

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.sched.core.hardware import HardwareProfile
-from lengthpred.serve.anatomy_cli import md_table
 from lengthpred.serve.paired import RUN_KEYS as KEYS
 from lengthpred.serve.profile_fit import kept_steps, model_step_times, step_durations
+from lengthpred.serve.tables_cli import md_table
 
 STALL_MS = 20.0  # a step this much over the profile after a completion counts as stalled
 

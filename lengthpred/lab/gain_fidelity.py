@@ -25,9 +25,9 @@ import pandas as pd
 
 from lengthpred.errors import DataError
 from lengthpred.metrics import spearman_or_nan
-from lengthpred.serve.anatomy_cli import md_table
 from lengthpred.serve.paired import gain_interval, pooled_gain, sign_flip_p
 from lengthpred.serve.summary import METRICS  # the headline statistics of the summary page, in its words
+from lengthpred.serve.tables_cli import md_table
 
 COLUMNS = ["load", "policy", "predictor", "metric", "baseline", "n", "real_gain", "ci_low", "ci_high", "sim_gain",
            "diff", "inside", "p_bias", "drift"]

@@ -1,17 +1,11 @@
-"""What the serve table scripts (`scripts/serve_ttft_anatomy.py`, `serve_stall_anatomy.py`, `serve_summary.py`,
-`serve_fidelity_overview.py`, `serve_step_excess.py`) share: their arguments (a serve run folder and a speed window), Markdown tables and
-writing them out."""
+"""What the serve table scripts share: their arguments (a serve run folder and a speed window), Markdown tables
+and writing them out."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from lengthpred.errors import DataError
-from lengthpred.serve.ttft_anatomy import StoredServe, load_stored
 
 
 def md_table(head: list[str], rows: list[list[str]]) -> str:
@@ -38,18 +32,3 @@ def folder_args(argv: list[str], description: str) -> tuple[Path, float] | None:
         print(f"error: --window-s must be a positive number of seconds, got {a.window_s}", file=sys.stderr)
         return None
     return a.run_dir, a.window_s
-
-
-def summarize_folder(argv: list[str], description: str, summarize: Callable[[StoredServe, float], Any]
-                     ) -> tuple[Path, float, Any] | None:
-    """(run folder, window seconds, `summarize(stored folder, window)`); None after a one-line error on stderr
-    (bad arguments, or a folder that is not a serve run)."""
-    args = folder_args(argv, description)
-    if args is None:
-        return None
-    run_dir, window_s = args
-    try:
-        return run_dir, window_s, summarize(load_stored(run_dir), window_s)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return None

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from lengthpred.serve.anatomy_cli import md_table
 from lengthpred.serve.paired import RUN_KEYS
+from lengthpred.serve.tables_cli import md_table
 
 MEANS = {"per_token_latency_mean": "per-token mean", "ttft_mean": "TTFT mean", "jct_mean": "E2E mean",
          "tpot_mean": "TPOT mean"}

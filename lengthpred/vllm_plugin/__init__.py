@@ -1,0 +1,1 @@
+"""lengthpred inside vLLM: placeholder."""
