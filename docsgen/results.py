@@ -44,7 +44,8 @@ class Results:
         """The rows of a CSV (cells as text unless `dtype` says otherwise); `columns`: those it must have."""
         text = self.text(rel)
         try:
-            df = pd.read_csv(io.StringIO(text), dtype=dtype, keep_default_na=False)
+            # text cells stay as written (an empty cell is ""); typed reads get NaN for empty cells
+            df = pd.read_csv(io.StringIO(text), dtype=dtype, keep_default_na=dtype is not str)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as e:
             self.fail(rel, f"malformed CSV ({str(e).splitlines()[0]})")
         missing = [c for c in columns if c not in df.columns]

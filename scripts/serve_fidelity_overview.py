@@ -21,8 +21,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from lengthpred.errors import LengthpredError
-from lengthpred.lab.fidelity_overview import REPLAYS, folder_fidelity, overview_table
-from lengthpred.lab.gain_fidelity import gain_fidelity, gains_page
+from lengthpred.lab.fidelity_overview import REPLAYS, folder_fidelity, overview_page
+from lengthpred.lab.gain_fidelity import gain_fidelity
 from lengthpred.serve.summary import BASELINES, describe, load_folder, serve_folder
 from lengthpred.serve.tables_cli import emit
 from lengthpred.stages.serve import resimulated
@@ -35,6 +35,21 @@ def folder_gains(fid: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([*parts, aging[aging["policy"] == "sjf-aging"]], ignore_index=True)
 
 
+def replay_rows(run_dirs: list[Path], window_s: float) -> tuple[dict[str, list], dict[str, list]]:
+    """Per replay (`REPLAYS`): [(folder, workload, FolderFidelity)] and [(folder, gain rows)], each folder replayed
+    once on its own calibration profile (docsgen commits these as the overview page's rows)."""
+    rows: dict[str, list] = {attr: [] for attr in REPLAYS}
+    gains: dict[str, list] = {attr: [] for attr in REPLAYS}
+    for d in tqdm(run_dirs, desc="folders", unit="folder"):
+        with serve_folder(d) as run:  # a folder in parts is merged once, here
+            workload = describe(load_folder(run))
+            res = resimulated(run, speed_window_s=window_s)[0]
+        for attr in REPLAYS:
+            rows[attr].append((d.name, workload, folder_fidelity(getattr(res, attr))))
+            gains[attr].append((d.name, folder_gains(getattr(res, attr))))
+    return rows, gains
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("run_dirs", type=Path, nargs="+", help="serve run folders (scripts/serve.py's output)")
@@ -44,26 +59,12 @@ def main(argv: list[str]) -> int:
     if not a.window_s > 0:
         print(f"error: --window-s must be a positive number of seconds, got {a.window_s}", file=sys.stderr)
         return 2
-    rows: dict[str, list] = {attr: [] for attr in REPLAYS}
-    gains: dict[str, list] = {attr: [] for attr in REPLAYS}
     try:
-        for d in tqdm(a.run_dirs, desc="folders", unit="folder"):
-            with serve_folder(d) as run:  # a folder in parts is merged once, here
-                workload = describe(load_folder(run))
-                res = resimulated(run, speed_window_s=a.window_s)[0]
-            for attr in REPLAYS:
-                rows[attr].append((d.name, workload, folder_fidelity(getattr(res, attr))))
-                gains[attr].append((d.name, folder_gains(getattr(res, attr))))
+        rows, gains = replay_rows(a.run_dirs, a.window_s)
     except LengthpredError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    text = "\n\n".join(f"**Replayed at {what}**" + (f" ({a.window_s:g} s windows)" if attr == "fidelity_tracked" else "")
-                       + "\n\n" + overview_table(rows[attr]) for attr, what in REPLAYS.items())
-    text += ("\n\nCells: |simulated − real| / real of each run, mean over the folder's runs (worst run). Mean cells: "
-             "one policy's mean over its runs (goal ≤ 5%); p90 cells: per-token, TTFT and E2E p90 (goal ≤ 10%). "
-             "A run meets the goal when all four of its means are within 5% and all three p90s within 10%.")
-    text += "\n\n" + gains_page(gains, REPLAYS)
-    return emit(text, a.out)
+    return emit(overview_page(rows, gains, a.window_s), a.out)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,12 @@ within 10%, which is what the issue asks of each run.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
+from lengthpred.lab.gain_fidelity import gains_page
 from lengthpred.serve.paired import RUN_KEYS
 from lengthpred.serve.tables_cli import md_table
 
@@ -96,3 +97,15 @@ def overview_table(folders: Sequence[tuple[str, str, FolderFidelity | None]]) ->
     rows.append(["**all**", "", str(tot[5]), "", *("" for _ in MEANS), f"**{tot[0]} / {tot[1]}**",
                  f"**{tot[2]} / {tot[3]}**", f"**{tot[4]} / {tot[5]}**", f"**{tot[6]}**"])
     return md_table(head, rows).rstrip("\n")
+
+
+def overview_page(rows: Mapping[str, Sequence[tuple[str, str, FolderFidelity | None]]],
+                  gains: Mapping[str, Sequence[tuple[str, pd.DataFrame]]], window_s: float) -> str:
+    """The whole page: per replay (`REPLAYS`) the overview table of `rows[replay]`, then the gains
+    (`gain_fidelity.gains_page` of `gains`); `window_s`: the tracking replay's speed windows, in seconds."""
+    text = "\n\n".join(f"**Replayed at {what}**" + (f" ({window_s:g} s windows)" if attr == "fidelity_tracked" else "")
+                       + "\n\n" + overview_table(rows[attr]) for attr, what in REPLAYS.items())
+    text += ("\n\nCells: |simulated − real| / real of each run, mean over the folder's runs (worst run). Mean cells: "
+             "one policy's mean over its runs (goal ≤ 5%); p90 cells: per-token, TTFT and E2E p90 (goal ≤ 10%). "
+             "A run meets the goal when all four of its means are within 5% and all three p90s within 10%.")
+    return text + "\n\n" + gains_page(gains, REPLAYS)
