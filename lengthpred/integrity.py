@@ -5,9 +5,15 @@ writes, folder locks and quarantine of damaged parts.
   `tree_digest(folder)` the same over every file of a folder (relative names and contents).
 - `write_checksum(path)` stores `<path>.sha256` beside a part; `verify(path)` is True / False, or None for
   a part written before checksums existed (trusted, as before).
-- `temp_path(path)`: a temp name unique to this writer (pid + random), so two writers never share one;
-  `atomic_write_text` / `atomic_write_bytes` write it and `os.replace` it onto the target.
-- `locked(lock_file)`: an exclusive `fcntl.flock` held for the block; a second process waits for it.
+- `temp_path(path)`: a temp name unique to this writer (host + pid + random), so two writers never share one,
+  even on two nodes of a shared filesystem; `atomic_write_text` / `atomic_write_bytes` write it and `os.replace`
+  it onto the target. `sweep_stale_temps` removes only this host's temps whose writer died, and any temp left
+  untouched longer than the lease (`lengthpred.locks.LEASE`): never a temp another node is still writing.
+- `locked(lock_file)` (`lengthpred.locks`): an exclusive lock held for the block, `flock` or, where the
+  filesystem lacks it, an exclusive lock file; a second process waits for it.
+- `VerifiedFiles(folder)`: each file checked against its stored digest once, then trusted while its size and
+  mtime (and its digest file) stay as they were checked (`.verified.json` in the folder), so a large store is
+  not re-hashed on every load. A file without a stored digest is never trusted.
 - `quarantine(path, why)`: a damaged part is renamed `<name>.bad` (with its checksum), out of every glob,
   and one line names it; the caller then treats its rows as missing and recomputes them.
 """
@@ -15,15 +21,19 @@ writes, folder locks and quarantine of damaged parts.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
+import json
 import logging
 import os
 import re
 import shutil
+import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+from lengthpred.locks import LEASE, alive, host_tag, locked
 
 log = logging.getLogger("lengthpred.integrity")
 
@@ -66,31 +76,45 @@ def tree_digest(root: str | Path, skip: Iterable[str] = (), *, use_checksums: bo
 
 
 def temp_path(path: str | Path) -> Path:
-    """`.<name>.<pid>.<random>.tmp` beside `path`: no two writers (processes or threads) share it."""
+    """`.<name>.@<host>.<pid>.<random>.tmp` beside `path`: no two writers (threads, processes, nodes) share it."""
     path = Path(path)
-    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    return path.with_name(f".{path.name}.@{host_tag()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
 
 
-_TEMP = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")
+# a temp name: `.@<host>` is absent from those written before hosts were part of it (this host's, as then)
+_TEMP = re.compile(r"^\..+?(?:\.@(?P<host>[A-Za-z0-9-]+))?\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$")
 
 
-def _alive(pid: int) -> bool:
+def _last_write(p: Path) -> float:
+    """The newest mtime of a temp file, or of a temp folder and anything in it."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        times = [p.stat().st_mtime] + ([q.stat().st_mtime for q in p.rglob("*")] if p.is_dir() else [])
+    except FileNotFoundError:
+        return time.time()  # gone meanwhile: not ours to judge
+    return max(times)
+
+
+def _stale(p: Path, now: float) -> bool:
+    """A temp whose writer is gone for sure: this host's with a dead pid, or any untouched for the lease. A temp
+    named before hosts were part of the name counts as this host's (it was written before shared stores)."""
+    m = _TEMP.match(p.name)
+    if m is None:
         return False
-    except PermissionError:  # another user's process
+    host = m.group("host")
+    if (host is None or host == host_tag()) and not alive(int(m.group("pid"))):
         return True
-    return True
+    return now - _last_write(p) > LEASE
 
 
 def sweep_stale_temps(folder: str | Path) -> int:
     """Remove the temps (files or folders, `temp_path` names) left in `folder` by writers that died mid-write:
-    their pid no longer runs. Call it under the folder's lock; returns how many it removed."""
+    this host's whose pid no longer runs, and any host's untouched for longer than the lease. Call it under the
+    folder's lock; returns how many it removed."""
     folder = Path(folder)
     if not folder.is_dir():
         return 0
-    stale = [p for p in folder.iterdir() if (m := _TEMP.match(p.name)) and not _alive(int(m.group(1)))]
+    now = time.time()
+    stale = [p for p in folder.iterdir() if _stale(p, now)]
     for p in stale:
         shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
     if stale:
@@ -161,24 +185,80 @@ def quarantine(path: str | Path, why: str) -> Path:
     return bad
 
 
-@contextlib.contextmanager
-def locked(lock_file: str | Path) -> Iterator[None]:
-    """Hold an exclusive lock on `lock_file` (created if needed) for the block; another holder makes this
-    one wait (said once in the log). Released when the block ends or the process dies."""
-    lock_file = Path(lock_file)
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for %s (another process is writing there)", lock_file)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def folder_lock(folder: str | Path, name: str = LOCK_NAME) -> contextlib.AbstractContextManager[None]:
     """`locked` on `<folder>/<name>`."""
     return locked(Path(folder) / name)
+
+
+VERIFIED = ".verified.json"  # file (relative to its folder) -> [size, mtime_ns, digest, extra] as last checked
+
+
+class VerifiedFiles:
+    """The files of `folder` already checked against their stored digests (`<file>.sha256`), kept in
+    `<folder>/.verified.json`: a file whose size, mtime and stored digest are those of its last check is trusted
+    without reading it again; any change re-hashes it. `extra` holds what a caller read from a checked file
+    (a part's ids), valid exactly as long as the check. `save()` writes the record back when it changed (a
+    read-only folder keeps it in memory only)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self._file = self.folder / VERIFIED
+        try:
+            self._seen: dict[str, list[Any]] = json.loads(self._file.read_text())
+        except (OSError, ValueError):
+            self._seen = {}
+        self._dirty = False
+
+    def _key(self, path: Path) -> str:
+        return str(Path(path).relative_to(self.folder))
+
+    def check(self, path: str | Path) -> str | None:
+        """Why `path` cannot be trusted ("no stored digest", "checksum mismatch ...", "unreadable"), or None."""
+        path = Path(path)
+        ck = checksum_path(path)
+        try:
+            digest = ck.read_text().strip()
+        except OSError:
+            return "no stored digest (written before checksums, or its digest file was removed)"
+        try:
+            st = path.stat()
+        except OSError:
+            return "unreadable (gone)"
+        key, stamp = self._key(path), [st.st_size, st.st_mtime_ns, digest]
+        if self._seen.get(key, [None] * 3)[:3] == stamp:
+            return None
+        try:
+            actual = file_digest(path)
+        except OSError:
+            return "unreadable"
+        if actual != digest:
+            self._seen.pop(key, None)
+            self._dirty = True
+            return "checksum mismatch (the file changed after it was written)"
+        self._seen[key] = [*stamp, None]
+        self._dirty = True
+        return None
+
+    def extra(self, path: str | Path) -> Any:
+        """What `remember` stored for a checked file (None: nothing yet)."""
+        entry = self._seen.get(self._key(Path(path)))
+        return entry[3] if entry and len(entry) > 3 else None
+
+    def remember(self, path: str | Path, value: Any) -> None:
+        entry = self._seen.get(self._key(Path(path)))
+        if entry is not None and (len(entry) < 4 or entry[3] != value):
+            self._seen[self._key(Path(path))] = [*entry[:3], value]
+            self._dirty = True
+
+    def forget(self, path: str | Path) -> None:
+        if self._seen.pop(self._key(Path(path)), None) is not None:
+            self._dirty = True
+
+    def save(self) -> None:
+        if not self._dirty:
+            return
+        try:
+            atomic_write_text(self._file, json.dumps(self._seen))
+            self._dirty = False
+        except OSError as e:  # a read-only store: checked again next time
+            log.debug("cannot record verified files in %s: %s", self._file, e)
