@@ -32,7 +32,7 @@ from lengthpred.decode.settings import DecodeSettings, checkpoints
 from lengthpred.errors import DataError
 from lengthpred.features.extract import collate, git_revision, model_identity, plan_batches, prompt_records
 from lengthpred.features.settings import prompts_hash
-from lengthpred.features.store import MANIFEST, atomic_write_json, done_ids, write_part
+from lengthpred.features.store import MANIFEST, atomic_write_json, done_ids, shard_parts_dir, write_part
 from lengthpred.integrity import locked, sweep_stale_temps
 from lengthpred.names import hidden_name
 from lengthpred.prompting import encode_prompt
@@ -99,7 +99,7 @@ def extract_decode(
     root.mkdir(parents=True, exist_ok=True)
     i, n = shard
     with locked(root / f".lock-{i}of{n}"):
-        sweep_stale_temps(root / "parts")
+        sweep_stale_temps(shard_parts_dir(root, shard))
         atomic_write_json(root / MANIFEST, {
             "model": ident, "settings": settings.hashed(), "layer": layer, "ids": ids,
             "prompts_hash": prompts_hash(records), "answers_hash": answers_hash(answers, ids),
@@ -141,7 +141,7 @@ def extract_decode(
             tokens = {hidden_name(layer): states.to(store).cpu(),
                       "t": torch.cat([torch.as_tensor(r[2] - r[2][0]) for r in rows]).to(torch.int32),
                       "offsets": torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])}
-            write_part(root, pids, cols, tokens)
+            write_part(root, pids, cols, tokens, shard=shard)
             n_tok += int(mask.sum())
         if batches:
             dt = time.perf_counter() - t0

@@ -7,6 +7,7 @@ or extracts, then loads.
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import time
@@ -15,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate.utils import find_executable_batch_size
 from torch import nn
 
-from lengthpred.errors import ConfigError, DataError
+from lengthpred.errors import ConfigError, DataError, ModelError
+from lengthpred.features import layout
+from lengthpred.features.budget import check_space, human, store_bytes
 from lengthpred.features.capture import PrefillCapture, decoder_layers
 from lengthpred.features.pooling import (
     attention_importance,
@@ -41,6 +45,7 @@ from lengthpred.features.store import (
     MANIFEST,
     atomic_write_json,
     done_ids,
+    shard_parts_dir,
     write_part,
 )
 from lengthpred.integrity import locked, sweep_stale_temps
@@ -272,12 +277,16 @@ def extract_features(
     model_name: str | None = None,
     shard: tuple[int, int] = (0, 1),
     progress: bool = True,
+    source: str | None = None,
 ) -> Path:
     """Extract features of `prompts` into `out_dir` (default: the cache folder for `settings`) and return it.
 
-    Batches are written as they finish; a rerun skips prompts already stored, and shard (i, n) handles
-    prompts i, i+n, ... of the id-sorted set (`lengthpred.stages.features` gives a config's settings and
-    folder).
+    Batches are written as they finish, into this shard's own folder; a rerun skips prompts already stored, and
+    shard (i, n) handles prompts i, i+n, ... of the id-sorted set (`lengthpred.stages.features` gives a config's
+    settings and folder). Before the first forward: the store's writer is claimed or checked (its shard count,
+    model, `source` checkpoint and layers: `lengthpred.features.layout`), and its size is estimated, printed and
+    checked against the free disk space. A forward that runs out of memory halves the padded tokens per forward
+    (and the prompts per batch) and goes on, saying so (`accelerate`'s `find_executable_batch_size`).
     """
     model_name = model_name or getattr(model.config, "_name_or_path", None) or type(model).__name__
     records = prompt_records(prompts)
@@ -285,6 +294,10 @@ def extract_features(
         records = records[: settings.limit]
     if not records:
         raise DataError("no prompts to extract features for")
+    i, n = shard
+    if n > len(records):
+        raise ConfigError(f"shard={i}/{n} but the set has only {len(records)} prompts: use at most {len(records)} "
+                          "shards")
     plan = Plan(settings, model)  # validates layers / attention / head before any work
     dtype = next(model.parameters()).dtype
     ident = model_identity(model_name, dtype)
@@ -293,11 +306,15 @@ def extract_features(
     if out_dir is None:
         out_dir = data_dir() / "features" / Path(str(model_name)).name / key
     root = Path(out_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    i, n = shard
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"cannot create the feature store at {root}: {e.strerror}") from None
+    _check_same_writer(root, ident, plan.hs_layers)
+    layout.claim(root, {"shards": n, "model": ident, "source": source, "layers": plan.hs_layers})
     # one writer per (store, shard): a second identical extraction waits, then finds every part written
     with locked(root / f".lock-{i}of{n}"):
-        sweep_stale_temps(root / "parts")
+        sweep_stale_temps(shard_parts_dir(root, shard))
         atomic_write_json(root / MANIFEST, {
             "model": ident, "cache_key": key, "prompts_hash": p_hash, "git_revision": git_revision(),
             "settings": settings.hashed(), "layers": plan.hs_layers, "attn_layers": plan.attn_layers,
@@ -306,50 +323,108 @@ def extract_features(
             "padding_side": settings.padding_side, "pooling": settings.pooling,
             **({"n_attention_heads": plan.n_heads} if settings.per_head else {}),
         })
-
-        mine = records[i::n]
-        max_tokens = settings.max_prompt_tokens or getattr(model.config, "max_position_embeddings", None)
-        encoded, skipped, truncated = [], {}, {}
-        for pid, messages in mine:
-            try:
-                encoded.append((pid, *encode(tokenizer, messages, settings, max_tokens, pid)))
-            except DataError as e:  # empty, over-long under overflow=reject, content not found: skipped and listed
-                skipped[pid] = str(e)
-                continue
-            if max_tokens and len(encoded[-1][1]) >= max_tokens:  # at the budget: cut, or exactly that long?
-                full = len(encode_prompt(tokenizer, messages, prompt_id=pid))
-                if full > max_tokens:
-                    truncated[pid] = full
-        atomic_write_json(root / f"skipped-{i}of{n}.json", skipped)
-        atomic_write_json(root / f"truncated-{i}of{n}.json", truncated)
-        if skipped:
-            log.warning("%d prompts skipped (empty or over-long); listed in %s", len(skipped), root)
-        if truncated:
-            log.warning("%d prompts cut to %d tokens (features.overflow=truncate; `reject` leaves them out), "
-                        "longest %d; listed in %s", len(truncated), max_tokens, max(truncated.values()), root)
-
+        encoded = _encode_shard(records[i::n], tokenizer, settings, model, root, shard)
         done = done_ids(root)
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        batches = plan_batches([len(e[1]) for e in encoded], settings.batch_size, settings.max_batch_tokens)
-        todo = [[encoded[j] for j in b] for b in batches if any(encoded[j][0] not in done for j in b)]
-        store = _STORE[settings.dtype]
+        todo = [e for e in encoded if e[0] not in done]
+        need = store_bytes(plan.columns(), settings.dtype, len(todo), token_layers=len(plan.token_layers),
+                           d=plan.d, n_tokens=sum(len(e[1]) for e in todo))
+        whole = store_bytes(plan.columns(), settings.dtype, len(records), token_layers=len(plan.token_layers),
+                            d=plan.d, n_tokens=sum(len(e[1]) for e in encoded) * n)
+        print(f"features: about {human(whole)} for {len(records)} prompts ({len(plan.columns())} columns, "
+              f"{settings.dtype}); shard {i}/{n} writes {human(need)} more for {len(todo)} prompts → {root}",
+              flush=True)
+        check_space(root, need)
+        runner = _BatchRunner(model, plan, tokenizer, settings, root, shard, progress)
+        find_executable_batch_size(runner, starting_batch_size=settings.max_batch_tokens,
+                                   reduce_batch_size_fn=runner.halve)(encoded)
+    return root
+
+
+def _check_same_writer(root: Path, ident: dict[str, str], layers: list[int]) -> None:
+    """A store whose manifest names another model or layer set is refused before any work."""
+    try:
+        old = json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return
+    for what, have, want in (("model", old.get("model"), ident), ("layers", old.get("layers"), layers)):
+        if have is not None and have != want:
+            raise ConfigError(f"feature store {root} was written with {what} {have}, this run has {want}: give this "
+                              f"run its own folder (another model.name or out_dir), or remove that one")
+
+
+def _encode_shard(mine: list[tuple[str, list[dict]]], tokenizer: Any, settings: FeatureSettings, model: nn.Module,
+                  root: Path, shard: tuple[int, int]) -> list[tuple[str, list[int], list[bool]]]:
+    """(id, token ids, span flags) of this shard's prompts; empty or over-long ones listed in `skipped-*.json`,
+    cut ones in `truncated-*.json`."""
+    i, n = shard
+    max_tokens = settings.max_prompt_tokens or getattr(model.config, "max_position_embeddings", None)
+    encoded, skipped, truncated = [], {}, {}
+    for pid, messages in mine:
+        try:
+            encoded.append((pid, *encode(tokenizer, messages, settings, max_tokens, pid)))
+        except DataError as e:  # empty, over-long under overflow=reject, content not found: skipped and listed
+            skipped[pid] = str(e)
+            continue
+        if max_tokens and len(encoded[-1][1]) >= max_tokens:  # at the budget: cut, or exactly that long?
+            full = len(encode_prompt(tokenizer, messages, prompt_id=pid))
+            if full > max_tokens:
+                truncated[pid] = full
+    atomic_write_json(root / f"skipped-{i}of{n}.json", skipped)
+    atomic_write_json(root / f"truncated-{i}of{n}.json", truncated)
+    if skipped:
+        log.warning("%d prompts skipped (empty or over-long); listed in %s", len(skipped), root)
+    if truncated:
+        log.warning("%d prompts cut to %d tokens (features.overflow=truncate; `reject` leaves them out), "
+                    "longest %d; listed in %s", len(truncated), max_tokens, max(truncated.values()), root)
+    return encoded
+
+
+class _BatchRunner:
+    """The forwards of one shard at a token budget (`__call__(budget, encoded)`); after an out-of-memory error
+    `halve` gives the next budget and the call resumes from the parts written so far."""
+
+    def __init__(self, model: nn.Module, plan: Plan, tokenizer: Any, settings: FeatureSettings, root: Path,
+                 shard: tuple[int, int], progress: bool) -> None:
+        self.model, self.plan, self.settings, self.root, self.shard = model, plan, settings, root, shard
+        self.progress = progress
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.budget, self.batch_size = settings.max_batch_tokens, settings.batch_size
+
+    def halve(self) -> int:
+        if self.budget <= 1 and self.batch_size <= 1:
+            raise ModelError("out of memory with one prompt of one token per forward: use a smaller model, "
+                             "another device, or model.device_map=auto to spread it over GPUs")
+        old = self.budget
+        self.budget, self.batch_size = max(1, self.budget // 2), max(1, self.batch_size // 2)
+        log.warning("features: out of memory at %d padded tokens per forward; halving to %d tokens and %d prompts "
+                    "per batch (features.max_batch_tokens / batch_size) and resuming", old, self.budget,
+                    self.batch_size)
+        print(f"features: out of memory at {old} tokens per forward, retrying at {self.budget}", flush=True)
+        return self.budget
+
+    def __call__(self, budget: int, encoded: list[tuple[str, list[int], list[bool]]]) -> None:
+        s, plan, model, root = self.settings, self.plan, self.model, self.root
+        done = done_ids(root)
+        left = [e for e in encoded if e[0] not in done]  # batches of what is missing only: never a prompt twice
+        todo = [[left[j] for j in b] for b in plan_batches([len(e[1]) for e in left], self.batch_size, budget)]
+        store = _STORE[s.dtype]
         from tqdm.auto import tqdm
 
+        i, n = self.shard
         t0, n_tok = time.perf_counter(), 0
-        bar = tqdm(total=sum(len(b) for b in todo), desc=f"features {i}/{n}", unit="prompt", disable=not progress)
-        with PrefillCapture(model, plan.hs_layers, plan.attn_layers, settings.attn_chunk,
-                            per_head=settings.per_head) as capture:
+        bar = tqdm(total=sum(len(b) for b in todo), desc=f"features {i}/{n}", unit="prompt", disable=not self.progress)
+        with PrefillCapture(model, plan.hs_layers, plan.attn_layers, s.attn_chunk, per_head=s.per_head) as capture:
             if todo and plan.attn_layers:  # a 2-token probe: an attention the model cannot give fails here
-                extract_batch(model, plan, capture, *collate([todo[0][0][1][:2]], pad_id, "right"))
+                extract_batch(model, plan, capture, *collate([todo[0][0][1][:2]], self.pad_id, "right"))
             for batch in todo:
                 ids = [e[0] for e in batch]
-                input_ids, mask = collate([e[1] for e in batch], pad_id, settings.padding_side)
-                span = collate_span([e[2] for e in batch], settings.padding_side)
+                input_ids, mask = collate([e[1] for e in batch], self.pad_id, s.padding_side)
+                span = collate_span([e[2] for e in batch], s.padding_side)
                 cols, tokens = extract_batch(model, plan, capture, input_ids, mask, span)
-                _check_finite(cols, ids, settings.dtype)
+                _check_finite(cols, ids, s.dtype)
                 cols = {k: v.to(store).cpu() for k, v in cols.items()}
-                _check_finite(cols, ids, settings.dtype)
-                write_part(root, ids, cols, _tokens_file(tokens, mask, store) if tokens else None)
+                _check_finite(cols, ids, s.dtype)
+                write_part(root, ids, cols, _tokens_file(tokens, mask, store) if tokens else None, shard=self.shard)
                 n_tok += int(mask.sum())
                 bar.update(len(batch))
         bar.close()
@@ -357,7 +432,6 @@ def extract_features(
             dt = time.perf_counter() - t0
             log.info("features: %d prompts, %d tokens in %.1f s (%.1f prompts/s, %.0f tokens/s) → %s",
                      sum(len(b) for b in todo), n_tok, dt, sum(len(b) for b in todo) / dt, n_tok / dt, root)
-    return root
 
 
 def iter_columns(names: Iterable[str]) -> list[tuple[int, str]]:

@@ -27,6 +27,7 @@ POOLS = ("last", "mean", "entropy", "attn")
 HEAD_POOL = "attn_heads"
 HEAD_SHARE = "attn_heads.share"
 OVERFLOWS = ("reject", "truncate")
+STAGE_KEYS = ("trim", "compact")  # keys of conf/features the extract stage reads (lengthpred.stages.features)
 PADDING_SIDES = ("left", "right")
 STORE_DTYPES = ("float16", "bfloat16", "float32")
 SCALARS = ("n_prompt_tokens", "entropy.mean")
@@ -132,8 +133,9 @@ class FeatureSettings:
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any]) -> FeatureSettings:
-        """From the `features` config group; `name` is ignored, unknown keys are a config error."""
-        return settings_from(cls, cfg, group="features", skip=("name",))
+        """From the `features` config group; `name`, `trim` and `compact` (read by the extract stage) are not
+        settings, unknown keys are a config error."""
+        return settings_from(cls, cfg, group="features", skip=("name", *STAGE_KEYS))
 
     @property
     def needs_attention(self) -> bool:

@@ -2,14 +2,20 @@
 
 Layout of `data/features/<model>/<cache-key>/`:
   manifest.json            model, layers, poolings, fusions, dtype, git revision, expected ids, hashes
-  parts/<h>.safetensors    one batch of prompts: every column [b, d]; ids in the metadata
+  layout.json              the shard count and model that write the store (lengthpred.features.layout)
+  parts/shard-<i>-of-<n>/<h>.safetensors   one batch of prompts: every column [b, d]; ids in the metadata
+                           (one folder per shard, so shards on several nodes never write one folder; stores
+                           from before keep their parts in parts/ itself, read the same way)
   parts/<h>.tokens.safetensors  optional token-level states `hs.L{l}` [tokens, d], next-token `entropy` and
                            attention importance `attn` [tokens] (float32), `span` [tokens] (uint8, 1 = a
                            token the pools range over; absent in stores made before `features.span`),
                            `offsets` [b+1]
-  parts/<name>.sha256      the sha256 each part was written with, checked on load: a part that fails it (or
-                           cannot be read) is moved aside as `.bad` and its prompts count as missing, so
-                           the extraction's resume recomputes them (lengthpred.integrity)
+  parts/.../<name>.sha256  the sha256 each part was written with, checked once (`.verified.json` keeps the
+                           size, mtime and digest checked, and the part's ids): a part that fails it, has no
+                           digest, or cannot be read is moved aside as `.bad` and its prompts count as missing,
+                           so the extraction's resume recomputes them (lengthpred.integrity)
+  compact/                 optional: one memory-mapped Arrow file per column + an id table, read instead of
+                           the parts when present (lengthpred.features.compact)
   skipped-<shard>.json     ids rejected by the prompt budget / empty, with the reason
   truncated-<shard>.json   ids cut to the prompt budget (features.overflow=truncate): their full token count
 """
@@ -29,8 +35,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from lengthpred.errors import DataError
+from lengthpred.features.compact import CompactColumns, open_compact
+from lengthpred.features.layout import repair_command
 from lengthpred.features.settings import LEGACY_POOLING
-from lengthpred.integrity import atomic_write_text, publish, quarantine, temp_path, verify
+from lengthpred.integrity import VerifiedFiles, atomic_write_text, publish, quarantine, temp_path
 from lengthpred.names import hidden_name
 
 MANIFEST = "manifest.json"
@@ -45,11 +53,16 @@ def part_name(ids: Sequence[str]) -> str:
     return hashlib.sha1("\n".join(ids).encode()).hexdigest()[:16]
 
 
+def shard_parts_dir(root: Path, shard: tuple[int, int]) -> Path:
+    """`parts/shard-<i>-of-<n>`: the folder one shard writes its parts to."""
+    return Path(root) / "parts" / f"shard-{shard[0]}-of-{shard[1]}"
+
+
 def write_part(root: Path, ids: Sequence[str], columns: dict[str, torch.Tensor],
-               tokens: dict[str, torch.Tensor] | None = None) -> Path:
-    """Write one batch atomically (a temp name of this writer, its checksum, then a rename); the token-level
-    file first, so a part that exists is always complete."""
-    parts = root / "parts"
+               tokens: dict[str, torch.Tensor] | None = None, *, shard: tuple[int, int] | None = None) -> Path:
+    """Write one batch atomically (a temp name of this writer, its checksum, then a rename) into its shard's
+    folder (`parts/` itself without a shard); the token-level file first, so a part that exists is complete."""
+    parts = root / "parts" if shard is None else shard_parts_dir(root, shard)
     parts.mkdir(parents=True, exist_ok=True)
     name = part_name(ids)
     meta = {"ids": json.dumps(list(ids))}
@@ -65,7 +78,9 @@ def write_part(root: Path, ids: Sequence[str], columns: dict[str, torch.Tensor],
 
 
 def part_files(root: Path) -> list[Path]:
-    return sorted(p for p in (root / "parts").glob("*.safetensors") if not p.name.endswith(".tokens.safetensors"))
+    """Every part file of the store (all shard folders, and `parts/` itself for stores from before them)."""
+    return sorted((p for p in (root / "parts").rglob("*.safetensors") if not p.name.endswith(".tokens.safetensors")),
+                  key=lambda p: (p.name, str(p)))
 
 
 def part_ids(path: Path) -> list[str]:
@@ -73,31 +88,36 @@ def part_ids(path: Path) -> list[str]:
         return json.loads(f.metadata()["ids"])
 
 
-def _damage(path: Path) -> str | None:
-    """Why a part file cannot be trusted (checksum mismatch, unreadable), or None."""
-    if verify(path) is False:
-        return "checksum mismatch (the file changed after it was written)"
-    try:
-        with safe_open(str(path), framework="np") as f:
-            json.loads(f.metadata()["ids"])
+def _damage(path: Path, verified: VerifiedFiles) -> str | None:
+    """Why a part file cannot be trusted (no digest, checksum mismatch, unreadable), or None."""
+    why = verified.check(path)
+    if why is not None or verified.extra(path) is not None or path.name.endswith(".tokens.safetensors"):
+        return why
+    try:  # its ids, read once while the check holds
+        verified.remember(path, part_ids(path))
     except (SafetensorError, OSError, KeyError, TypeError, ValueError) as e:
+        verified.forget(path)
         return f"unreadable ({e.__class__.__name__})"
     return None
 
 
 def intact_parts(root: Path) -> list[tuple[Path, list[str]]]:
     """(part, its ids) of every part that passes its checksum and reads, with its token-level file; a part
-    that fails is moved aside (`.bad`, one line naming it) and its prompts count as missing."""
+    that fails (or has no digest to check) is moved aside (`.bad`, one line naming it) and its prompts count as
+    missing. Each file is hashed once; later loads compare its size and mtime (`VerifiedFiles`)."""
     out = []
+    verified = VerifiedFiles(root)
     for p in part_files(root):
         tokens = _tokens_path(p)
-        why = _damage(p) or (_damage(tokens) if tokens.is_file() else None)
+        why = _damage(p, verified) or (_damage(tokens, verified) if tokens.is_file() else None)
         if why is not None:
             for f in (tokens, p):
                 if f.is_file():
                     quarantine(f, why)
+                    verified.forget(f)
             continue
-        out.append((p, part_ids(p)))
+        out.append((p, verified.extra(p)))
+    verified.save()
     return out
 
 
@@ -135,11 +155,13 @@ class FeatureSet:
     `ids` (row order), `names` (columns), `get(name) -> [n, d] float32`, `stack(names)`, `subset(ids)`.
     """
 
-    def __init__(self, root: Path, manifest: dict, parts: list[tuple[Path, list[str]]], ids: list[str]):
+    def __init__(self, root: Path, manifest: dict, parts: list[tuple[Path, list[str]]] | None, ids: list[str],
+                 compact: CompactColumns | None = None):
         self.root = root
         self.manifest = manifest
-        self._parts = parts
-        self._where = {pid: (k, r) for k, (_, pids) in enumerate(parts) for r, pid in enumerate(pids)}
+        self._parts_read = parts  # None with a compacted store: the parts are listed only for token states
+        self._compact = compact
+        self._where_map: dict[str, tuple[int, int]] | None = None
         self.ids = list(ids)
         self.names: list[str] = list(manifest.get("columns", {}))
         self.skipped: dict[str, str] = manifest.get("skipped", {})
@@ -147,6 +169,26 @@ class FeatureSet:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def _parts(self) -> list[tuple[Path, list[str]]]:
+        if self._parts_read is None:
+            self._parts_read = intact_parts(self.root)
+        return self._parts_read
+
+    @property
+    def _where(self) -> dict[str, tuple[int, int]]:
+        if self._where_map is None:
+            self._where_map = {pid: (k, r) for k, (_, pids) in enumerate(self._parts) for r, pid in enumerate(pids)}
+        return self._where_map
+
+    @property
+    def compact(self) -> CompactColumns | None:
+        """The store's compacted columns when it is read from them (None: from its parts)."""
+        return self._compact
+
+    def _has(self, pid: str) -> bool:
+        return pid in self._compact.row if self._compact is not None else pid in self._where
 
     @property
     def pooling(self) -> dict:
@@ -160,18 +202,28 @@ class FeatureSet:
     def get(self, name: str) -> np.ndarray:
         if name not in self.names:
             raise DataError(f"feature {name!r} not stored in {self.root}; stored: {', '.join(self.names[:8])}, ...")
+        if self._compact is not None and name in self._compact:
+            rows = [self._compact.row[i] for i in self.ids]
+            return self._compact.values(name)[rows].astype(np.float32)  # the rows asked for, copied
+        return self.read(name).astype(np.float32, copy=False)
+
+    def read(self, name: str) -> np.ndarray:
+        """Column `name` [n, d] in `ids` order, in the dtype it is stored in (float16 by default), from the parts."""
         d = int(self.manifest["columns"][name])
-        out = np.empty((len(self.ids), d), dtype=np.float32)
+        out: np.ndarray | None = None
         rows_by_part: dict[int, list[tuple[int, int]]] = {}
         for i, pid in enumerate(self.ids):
             k, r = self._where[pid]
             rows_by_part.setdefault(k, []).append((i, r))
         for k, pairs in rows_by_part.items():
             with safe_open(str(self._parts[k][0]), framework="pt") as f:
-                col = f.get_tensor(name).float().numpy()
+                t = f.get_tensor(name)
+            col = (t.float() if t.dtype == torch.bfloat16 else t).numpy()  # numpy has no bfloat16
+            if out is None:
+                out = np.empty((len(self.ids), d), dtype=col.dtype)
             dst, src = zip(*pairs, strict=True)
             out[list(dst)] = col[list(src)]
-        return out
+        return out if out is not None else np.empty((0, d), dtype=np.float32)
 
     def stack(self, names: Iterable[str]) -> np.ndarray:
         """Several columns side by side: [n, Σd]."""
@@ -179,10 +231,10 @@ class FeatureSet:
 
     def subset(self, ids: Iterable[str]) -> FeatureSet:
         ids = list(ids)
-        missing = [i for i in ids if i not in self._where]
+        missing = [i for i in ids if not self._has(i)]
         if missing:
             raise DataError(f"{len(missing)} ids have no stored features (e.g. {missing[:3]}) in {self.root}")
-        return FeatureSet(self.root, self.manifest, self._parts, ids)
+        return FeatureSet(self.root, self.manifest, self._parts_read, ids, self._compact)
 
     def token_inputs(self, layer: int, scalars: Sequence[str] = ("entropy", "attn")) -> list[np.ndarray]:
         """Per prompt (in `ids` order) [t, d + len(scalars)] float32: layer `layer`'s token-level states
@@ -233,27 +285,37 @@ def _tokens_path(part: Path) -> Path:
     return part.with_name(part.name.replace(".safetensors", ".tokens.safetensors"))
 
 
-def load_features(path: str | Path) -> FeatureSet:
-    """Open a feature folder; every expected id must be stored or listed as skipped."""
-    root = Path(path)
+def read_manifest(root: Path) -> dict:
+    """A store's manifest (one line naming the fix when it is missing or damaged)."""
     mf = root / MANIFEST
     if not mf.is_file():
         raise DataError(f"no feature manifest at {mf}; run scripts/extract.py")
     try:
-        manifest = json.loads(mf.read_text())
+        return json.loads(mf.read_text())
     except ValueError:
         raise DataError(f"{mf}: damaged (not JSON); delete it and rerun scripts/extract.py (it resumes)") from None
+
+
+def load_features(path: str | Path) -> FeatureSet:
+    """Open a feature folder; every expected id must be stored or listed as skipped. A compacted store
+    (`lengthpred.features.compact`) is read from its column files, its parts left unopened."""
+    root = Path(path)
+    manifest = read_manifest(root)
+    skipped = read_skipped(root)
+    manifest["skipped"] = skipped
+    manifest["truncated"] = read_truncated(root)
+    expected = [i for i in manifest["ids"] if i not in skipped]
+    compact = open_compact(root, manifest.get("cache_key"))
+    if compact is not None and set(expected) <= compact.row.keys():
+        return FeatureSet(root, manifest, None, expected, compact)
     parts = intact_parts(root)
     seen: set[str] = set()
     for p, ids in parts:
         dup = seen.intersection(ids)
         if dup:
-            raise DataError(f"{root}: ids stored twice (e.g. {sorted(dup)[:3]}, again in {p.name})")
+            raise DataError(f"{root}: ids stored twice (e.g. {sorted(dup)[:3]}, again in {p.relative_to(root)}): two "
+                            f"shard layouts wrote it; `{repair_command(root)}` keeps one copy, then rerun the extraction")
         seen.update(ids)
-    skipped = read_skipped(root)
-    manifest["skipped"] = skipped
-    manifest["truncated"] = read_truncated(root)
-    expected = [i for i in manifest["ids"] if i not in skipped]
     missing = [i for i in expected if i not in seen]
     if missing:
         raise DataError(

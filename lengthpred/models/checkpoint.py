@@ -166,3 +166,32 @@ def load_tokenizer(spec: ModelSpec):
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+@functools.lru_cache(maxsize=8)
+def layer_shape(spec: ModelSpec) -> tuple[int, int] | None:
+    """(decoder layers, hidden size) of a model from its config alone (no weights), for sizing its feature store;
+    None for the embedded model (small, and its config needs the GGUF converted) or a config that cannot be read."""
+    if spec.tiny:
+        from lengthpred.models.tiny import TINY_HIDDEN, TINY_LAYERS
+
+        return TINY_LAYERS, TINY_HIDDEN
+    if spec.package:
+        return None
+    try:
+        if spec.path and not spec.gguf_file:
+            config = json.loads((resolve(spec.path) / "config.json").read_text())
+        elif spec.hf_id:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(spec.hf_id).to_dict()
+        else:
+            return None
+    except (OSError, ValueError) as e:
+        log.debug("no config for %s: %s", spec.name, e)
+        return None
+    config = config.get("text_config", config)  # a multimodal checkpoint's language model
+    try:
+        return int(config["num_hidden_layers"]), int(config["hidden_size"])
+    except (KeyError, TypeError, ValueError):
+        return None

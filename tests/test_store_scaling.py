@@ -1,0 +1,169 @@
+"""A feature store that scales and stays whole: each part verified once, per-shard folders, one shard layout (and
+one model) per store with its repair command, parts without a digest recomputed, compaction into one memory-mapped
+Arrow file per column readable by datasets/pyarrow, and the size estimate checked against the disk before any work.
+Comparisons are between stores of the same float32 extraction, so byte-equal."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from lengthpred import integrity
+from lengthpred.errors import ConfigError, DataError
+from lengthpred.features import budget
+from lengthpred.features.extract import extract_features
+from lengthpred.features.maintenance import compact_store, repair_store
+from lengthpred.features.settings import FeatureSettings
+from lengthpred.features.store import load_features, part_files
+
+PROMPTS = [{"id": f"q{i:02d}", "messages": [{"role": "user", "content": "word " * (3 + 2 * i)}]} for i in range(6)]
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def small(**kw) -> FeatureSettings:
+    base = dict(layers=(0, 2, 4), pools=("last", "mean"), fused=(), attn_layers=(), dtype="float16", batch_size=2)
+    return FeatureSettings(**{**base, **kw})
+
+
+def run(model, tok, root, **kw):
+    return extract_features(small(), model, tok, PROMPTS, out_dir=root, progress=False, **kw)
+
+
+@pytest.fixture
+def store(tiny_model, tokenizer, tmp_path):
+    return run(tiny_model, tokenizer, tmp_path / "s")
+
+
+def columns(fs) -> dict[str, np.ndarray]:
+    return {n: fs.get(n) for n in fs.names}
+
+
+def test_each_part_is_hashed_once_then_trusted_by_size_and_mtime(store, monkeypatch):
+    load_features(store)  # the extraction's own loads already checked every part
+    hashed = []
+    real = integrity.file_digest
+    monkeypatch.setattr(integrity, "file_digest", lambda p: hashed.append(p) or real(p))
+    before = columns(load_features(store))
+    assert hashed == []  # nothing re-read
+    part = part_files(store)[0]
+    st = part.stat()
+    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched, not changed: hashed again, trusted
+    load_features(store)
+    assert hashed == [part]
+    data = bytearray(part.read_bytes())
+    data[-1] ^= 0xFF  # a flipped byte with a new mtime: caught, moved aside
+    part.write_bytes(bytes(data))
+    with pytest.raises(DataError, match="features incomplete"):
+        load_features(store)
+    assert part.with_name(part.name + ".bad").is_file()
+    assert before  # the columns read fine before the damage
+
+
+def test_a_part_without_its_digest_is_recomputed_not_trusted(store, tiny_model, tokenizer):
+    want = columns(load_features(store))
+    part = part_files(store)[0]
+    integrity.checksum_path(part).unlink()
+    (store / integrity.VERIFIED).unlink()  # not even a record of an earlier check trusts it
+    with pytest.raises(DataError, match="features incomplete"):
+        load_features(store)
+    got = columns(load_features(run(tiny_model, tokenizer, store)))  # the resume recomputes it
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_shards_write_their_own_folders_and_one_layout_per_store(tiny_model, tokenizer, tmp_path):
+    root = tmp_path / "s"
+    run(tiny_model, tokenizer, root, shard=(0, 2))
+    assert {p.parent.name for p in part_files(root)} == {"shard-0-of-2"}
+    with pytest.raises(ConfigError, match=r"started in 2 shard\(s\) \(shard=i/2\).*lengthpred store repair"):
+        run(tiny_model, tokenizer, root, shard=(0, 1))
+    run(tiny_model, tokenizer, root, shard=(1, 2))
+    assert {p.parent.name for p in part_files(root)} == {"shard-0-of-2", "shard-1-of-2"}
+    assert len(load_features(root)) == len(PROMPTS)
+
+
+def test_two_layouts_at_once_are_repaired_by_the_command_the_error_names(tiny_model, tokenizer, tmp_path):
+    root, other = tmp_path / "s", tmp_path / "other"
+    run(tiny_model, tokenizer, root, shard=(0, 2))
+    run(tiny_model, tokenizer, other, shard=(0, 1))  # as if it had written into `root` in the same instant
+    shutil.copytree(other / "parts" / "shard-0-of-1", root / "parts" / "shard-0-of-1")
+    with pytest.raises(DataError, match="ids stored twice.*lengthpred store repair"):
+        load_features(root)
+    kept, moved = repair_store(root)
+    assert moved > 0
+    run(tiny_model, tokenizer, root, shard=(0, 1))  # any layout resumes after the repair
+    assert len(load_features(root)) == len(PROMPTS)
+
+
+def test_a_store_of_another_model_or_layer_set_is_refused(store, tiny_model, tokenizer):
+    with pytest.raises(ConfigError, match="written with model"):
+        extract_features(small(), tiny_model, tokenizer, PROMPTS, out_dir=store, model_name="other", progress=False)
+    with pytest.raises(ConfigError, match="written with layers"):
+        extract_features(small(layers=(1, 3)), tiny_model, tokenizer, PROMPTS, out_dir=store, progress=False)
+
+
+def test_a_second_checkpoint_under_one_name_is_refused(tiny_model, tokenizer, tmp_path):
+    root = tmp_path / "s"
+    run(tiny_model, tokenizer, root, source="/ckpt/a")
+    with pytest.raises(ConfigError, match="checkpoint /ckpt/a"):
+        run(tiny_model, tokenizer, root, source="/ckpt/b")
+
+
+def test_compaction_is_read_by_our_loader_datasets_and_pyarrow(store):
+    import datasets
+
+    want = load_features(store)
+    folder = compact_store(store)
+    got = load_features(store)
+    assert got.compact is not None and got.ids == want.ids
+    for name in want.names:
+        np.testing.assert_array_equal(got.get(name), want.get(name))
+    sub = got.subset(want.ids[::-2])
+    np.testing.assert_array_equal(sub.get("hs.L2.last"), want.subset(want.ids[::-2]).get("hs.L2.last"))
+    ids = datasets.Dataset.from_file(str(folder / "ids.arrow"))["id"]
+    col = datasets.Dataset.from_file(str(folder / "hs.L2.last.arrow"))
+    assert list(ids) == want.ids
+    np.testing.assert_array_equal(np.asarray(col["hs.L2.last"], dtype=np.float32), want.get("hs.L2.last"))
+    table = pa.ipc.open_stream(pa.memory_map(str(folder / "hs.L4.mean.arrow"))).read_all()
+    assert table.num_rows == len(want.ids) and table.schema.field(0).type.list_size == want.get("hs.L4.mean").shape[1]
+    assert compact_store(store) == folder  # once is enough
+
+
+def test_a_damaged_compact_file_is_one_line_and_the_parts_remain(store):
+    folder = compact_store(store)
+    f = folder / "hs.L2.last.arrow"
+    data = bytearray(f.read_bytes())
+    data[-8] ^= 0xFF
+    f.write_bytes(bytes(data))
+    os.utime(f, ns=(0, 10**9))
+    with pytest.raises(DataError, match=r"checksum mismatch.*lengthpred store compact"):
+        load_features(store).get("hs.L2.last")
+    (folder / "index.json").unlink()  # without a finished compaction the parts are read
+    assert load_features(store).compact is None and len(load_features(store).get("hs.L2.last")) == len(PROMPTS)
+
+
+def test_the_size_estimate_is_printed_and_a_full_disk_refused_before_any_work(tiny_model, tokenizer, tmp_path,
+                                                                               capsys, monkeypatch):
+    run(tiny_model, tokenizer, tmp_path / "a")
+    out = capsys.readouterr().out
+    assert "features: about" in out and f"for {len(PROMPTS)} prompts (7 columns, float16)" in out
+    monkeypatch.setattr(budget, "free_bytes", lambda _f: 1000)
+    with pytest.raises(DataError, match=r"not enough disk space for the feature store at .*/b: it needs about"):
+        run(tiny_model, tokenizer, tmp_path / "b")
+    assert not part_files(tmp_path / "b")
+
+
+def test_large_models_get_a_trimmed_default_set_said_in_words():
+    default = FeatureSettings(fused=budget.DEFAULT_FUSED, token_layers=(20,))
+    trimmed, said = budget.trim_for_model(default, n_layers=32, d=4096)  # Llama-3.1-8B
+    assert trimmed.layers == (0, 4, 8, 12, 16, 20, 24, 28, 32)
+    assert trimmed.fused == ("mix0.5", "prod") and trimmed.token_layers == ()
+    assert "2.4 MB to 442.4 KB a prompt" in said and "features.trim=false" in said
+    assert budget.trim_for_model(default, n_layers=30, d=576) == (default, None)  # SmolLM2-135M: kept
+    chosen = FeatureSettings(layers=(10, 20))
+    assert budget.trim_for_model(chosen, n_layers=32, d=4096) == (chosen, None)  # an explicit choice: kept
