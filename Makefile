@@ -53,9 +53,14 @@ bench-trace: serve-setup
 	VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=6 OMP_WAIT_POLICY=PASSIVE nice -n 10 \
 	  $(VLLM_PY) scripts/generate.py generate=reference data=bench model.dtype=bfloat16 logger=disabled
 
-# Every stage at paper scale, then all tables. Reuses cached stages.
+# Every stage at paper scale, then all tables. Reuses cached stages. The serving model and its device:
+# `make paper MODEL=llama-3.1-8b-instruct DEVICE=cuda` (any conf/model/<name>; DEVICE cpu | cuda | cuda:<i> | auto;
+# a GPU also wants TORCH=torch LOCK=, see docs/how-to/gpu-and-slurm.md)
+MODEL       ?= smollm2-135m
+DEVICE      ?= cpu
+PAPER_ARGS  ?=
 paper: setup
-	$(PY) scripts/demo.py experiment=paper
+	$(PY) scripts/demo.py experiment=paper model=$(MODEL) device=$(DEVICE) $(PAPER_ARGS)
 
 # Cross-model length prediction on CASTILLO (13 models x 7 datasets): T7, transfer heatmaps, ceilings.
 # About 4 h cold on 2 CPU cores, minutes from the fit cache (README: CASTILLO); writes outputs/castillo/runs/<time>/ and docs/castillo_T7*.md.

@@ -19,6 +19,7 @@ import numpy as np
 from lengthpred.costs.timing import (
     PREFILL,
     _ms,
+    clock_name,
     extraction_times,
     overhead_pct,
     per_request,
@@ -30,12 +31,13 @@ from lengthpred.features.settings import FeatureSettings
 from lengthpred.heads.base import HeadInput, load_head
 from lengthpred.heads.binned import torch_threads
 from lengthpred.integrity import temp_path
+from lengthpred.models.device import input_device
 from lengthpred.names import FeatureKey, hidden_name, rls_name
 from lengthpred.prompting import encode_prompt
 from lengthpred.settings import settings_from
 
 log = logging.getLogger(__name__)
-CLOCKS = ("cpu", "wall")
+CLOCKS = ("auto", "cpu", "wall", "device")  # auto: device on a GPU, cpu elsewhere (lengthpred.costs.timing.stopwatch)
 LEARNED = "learned"  # pooling of heads that read token-level states (input kind `tokens`)
 PREFILL_KINDS = ("features", "tokens")  # head input kinds captured from the prefill
 
@@ -70,7 +72,7 @@ class CostSettings:
     extract_prompts: int = 4  # picked at evenly spaced prompt-length quantiles of the split
     extract_repeats: int = 3
     threads: int = 1  # torch intra-op threads while timing extraction (heads keep their own n_threads)
-    clock: str = "cpu"  # extraction: process CPU time (least disturbed on a shared machine) or wall
+    clock: str = "auto"  # extraction: process CPU time on the CPU (least disturbed on a shared machine), CUDA events on a GPU
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -219,7 +221,7 @@ def measure_costs(
             "prompt_tokens": [len(s) for s in seqs],
             "repeats": settings.extract_repeats,
             "threads": settings.threads,
-            "clock": settings.clock,
+            "clock": clock_name(settings.clock, input_device(model)),
             "batch_size": 1,
             "baseline": "decoder forward without capture hooks (no LM head, no KV cache)",
             "variants": {k: str(FeatureKey(lay, pool)) for k, (lay, pool, _) in captures.items()},

@@ -1,5 +1,10 @@
 """Timing primitives behind T6 (lengthpred/costs): capture overhead against a plain prefill, and
-per-request predict/update latency, on one request at a time."""
+per-request predict/update latency, on one request at a time.
+
+The extraction is timed by the clock of the device it runs on (`stopwatch`): on the CPU process CPU time
+(`costs.clock=cpu`, least disturbed on a shared machine) or wall time; on a GPU, whose kernels run
+asynchronously to the host, CUDA events around the work (`costs.clock=device`): a host clock there would time
+the kernel launches, so `cpu` and `wall` are refused on a GPU."""
 
 from __future__ import annotations
 
@@ -12,16 +17,49 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from lengthpred.errors import DataError
+from lengthpred.errors import ConfigError, DataError
 from lengthpred.features.capture import PrefillCapture
 from lengthpred.features.extract import Plan, extract_batch
+from lengthpred.models.device import input_device
 from lengthpred.online.rls import RLSRegressor
 
 PREFILL = "prefill"
 
 
-def _clock(kind: str) -> Callable[[], float]:
-    return time.process_time if kind == "cpu" else time.perf_counter
+def clock_name(kind: str, device: Any) -> str:
+    """The clock `kind` stands for on `device` (`auto` resolved): what a costs file records."""
+    if kind != "auto":
+        return kind
+    return "device" if getattr(device, "type", str(device)) == "cuda" else "cpu"
+
+
+def stopwatch(kind: str, device: Any) -> Callable[[Callable[[], Any]], float]:
+    """`time(work) -> seconds` by the clock of `device`: CUDA events on a GPU (`kind` `device` or `auto` there),
+    process CPU time (`cpu`, `device` or `auto`) or wall time (`wall`) on the CPU (module docstring)."""
+    on_gpu = getattr(device, "type", str(device)) == "cuda"
+    kind = clock_name(kind, device)
+    if on_gpu:
+        if kind != "device":
+            raise ConfigError(f"costs.clock={kind} times the host, but the model runs on {device}, whose kernels "
+                              "run asynchronously: use costs.clock=device (CUDA events)")
+
+        def cuda_time(work: Callable[[], Any]) -> float:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            work()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3  # ms → s
+
+        return cuda_time
+    now = time.perf_counter if kind == "wall" else time.process_time
+
+    def host_time(work: Callable[[], Any]) -> float:
+        t0 = now()
+        work()
+        return now() - t0
+
+    return host_time
 
 
 def extraction_times(
@@ -37,25 +75,26 @@ def extraction_times(
     decoder forward, no LM head, no KV cache) and of each variant (FeatureSettings) captured from that same
     forward; variants interleaved per repetition."""
     plans = {k: Plan(s, model) for k, s in variants.items()}
-    batches = [
-        (torch.tensor([list(s)], dtype=torch.long), torch.ones((1, len(s)), dtype=torch.long)) for s in seqs
+    device = input_device(model)
+    batches = [  # on the model's device before any timing: the copy is not the work timed
+        (torch.tensor([list(s)], dtype=torch.long, device=device), torch.ones((1, len(s)), dtype=torch.long,
+                                                                                device=device))
+        for s in seqs
     ]
-    now = _clock(clock)
+    time_it = stopwatch(clock, device)
 
     def prefill_pass(todo: Sequence[tuple[Any, Any]] = batches) -> float:
         # the decoder forward extract_batch runs, without capture hooks: the difference is the capture alone
-        t0 = now()
-        for ids, mask in todo:
-            pos = torch.arange(ids.shape[1])[None]
-            decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
-        return now() - t0
+        def work() -> None:
+            for ids, mask in todo:
+                pos = torch.arange(ids.shape[1], device=ids.device)[None]
+                decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+
+        return time_it(work)
 
     def capture_pass(plan: Any, todo: Sequence[tuple[Any, Any]] = batches) -> float:
         with PrefillCapture(model, plan.hs_layers, plan.attn_layers, plan.settings.attn_chunk) as cap:
-            t0 = now()
-            for ids, mask in todo:
-                extract_batch(model, plan, cap, ids, mask)
-            return now() - t0
+            return time_it(lambda: [extract_batch(model, plan, cap, ids, mask) for ids, mask in todo])
 
     decoder = model.get_decoder()
     out: dict[str, list[float]] = {PREFILL: [], **{k: [] for k in plans}}

@@ -20,6 +20,7 @@ import torch
 
 from lengthpred.errors import ModelError
 from lengthpred.generate.settings import GenerationSettings
+from lengthpred.models.device import input_device
 from lengthpred.models.serving import checkpoint_dir, load_causal_lm, load_tokenizer, max_context
 from lengthpred.registry import Registry
 
@@ -110,7 +111,9 @@ class StaticBackend(_HFBackend):
             ids[i, width - len(r) :] = torch.tensor(r)
             mask[i, width - len(r) :] = 1
         torch.manual_seed(seed)
-        out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=self.gen_config)
+        device = input_device(self.model)  # built on the CPU above: the model's device before the forward
+        out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                  generation_config=self.gen_config)
         return self._group([row[width:].tolist() for row in out])
 
 

@@ -38,6 +38,7 @@ from lengthpred.distributions import Histogram, within_bin_knots
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
 from lengthpred.heads.binned import WITHIN_BIN, choose_knots, saved_knots, torch_threads
 from lengthpred.heads.smearing import smeared_expm1, smearing_factor
+from lengthpred.models.device import resolve_device
 from lengthpred.models.specs import embedded_proxy_dir
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class ProxyHead(BaseHead):
         "group_size": [Interval(Integral, 2, None, closed="left")],
         "random_state": [Interval(Integral, 0, None, closed="left")],
         "n_threads": [Interval(Integral, 1, None, closed="left")],
+        "device": [str],
         "progress": ["boolean"],
     }
 
@@ -102,6 +104,7 @@ class ProxyHead(BaseHead):
         random_state: int = 0,
         n_threads: int = 1,
         progress: bool = True,
+        device: str = "cpu",
     ) -> None:
         self.encoder = encoder
         self.max_seq_len = max_seq_len
@@ -112,6 +115,7 @@ class ProxyHead(BaseHead):
         self.random_state = random_state
         self.n_threads = n_threads
         self.progress = progress
+        self.device = device  # where the encoder trains and predicts: cpu | cuda | auto (LOCAL_RANK applies)
 
     # -- model ---------------------------------------------------------------------------------------
     def _encoder_dir(self) -> Path:
@@ -132,14 +136,20 @@ class ProxyHead(BaseHead):
             self.encoder_ = AutoModel.from_config(AutoConfig.from_pretrained(str(encoder_dir)))
         self.out_ = nn.Linear(self.encoder_.config.hidden_size, self._n_out())
 
+    def _to(self, device: Any) -> None:
+        """Encoder and output layer onto `device` (a loaded head predicts on the CPU)."""
+        self.device_ = str(device)
+        self.encoder_.to(device)
+        self.out_.to(device)
+
     def _forward(self, texts: list[str]) -> torch.Tensor:
         enc = self.tokenizer_(
             texts, truncation=True, max_length=self.max_seq_len, padding=True, return_tensors="pt"
         )
-        hidden = self.encoder_(
-            input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]
-        ).last_hidden_state
-        return self.out_(mean_pool(hidden, enc["attention_mask"]))  # [b, n_out]
+        dev = getattr(self, "device_", "cpu")
+        ids, mask = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
+        hidden = self.encoder_(input_ids=ids, attention_mask=mask).last_hidden_state
+        return self.out_(mean_pool(hidden, mask))  # [b, n_out]
 
     # -- fitting -------------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> ProxyHead:
@@ -150,6 +160,7 @@ class ProxyHead(BaseHead):
             raise HeadInputError("proxy heads need lengths >= 0")
         torch.manual_seed(self.random_state)
         self._build(self._encoder_dir(), pretrained=True)
+        self._to(resolve_device(self.device))
         self._fit_targets(y)
         params = list(self.encoder_.parameters()) + list(self.out_.parameters())
         opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
@@ -233,17 +244,17 @@ class ProxyHead(BaseHead):
     def _loss(self, out: torch.Tensor, y: np.ndarray) -> torch.Tensor:
         if self.objective == "reg":
             t = torch.from_numpy(((np.log1p(y) - self.target_mean_) / self.target_std_).astype(np.float32))
-            return ((out[:, 0] - t) ** 2).mean()
+            return ((out[:, 0] - t.to(out.device)) ** 2).mean()
         if self.objective == "cls":
-            return nn.functional.cross_entropy(out, torch.from_numpy(self._bucket(y)))
-        return listmle_loss(out[:, 0], torch.from_numpy(y))
+            return nn.functional.cross_entropy(out, torch.from_numpy(self._bucket(y)).to(out.device))
+        return listmle_loss(out[:, 0], torch.from_numpy(y).to(out.device))
 
     def _outputs(self, texts: list[str]) -> np.ndarray:
         """[n, n_out] network outputs: standardised log length (reg), bucket logits (cls), a score (rank)."""
         outs = []
         with torch.no_grad():
             for i in range(0, len(texts), self.batch_size):
-                outs.append(self._forward(texts[i : i + self.batch_size]).double())
+                outs.append(self._forward(texts[i : i + self.batch_size]).double().cpu())
         out = torch.cat(outs) if outs else torch.zeros((0, self._n_out()), dtype=torch.float64)
         return out.numpy()
 
@@ -296,8 +307,8 @@ class ProxyHead(BaseHead):
 
     # -- persistence ---------------------------------------------------------------------------------
     def _state(self):
-        arrays = {f"encoder.{k}": v.detach().numpy() for k, v in self.encoder_.state_dict().items()}
-        arrays |= {f"out.{k}": v.detach().numpy() for k, v in self.out_.state_dict().items()}
+        arrays = {f"encoder.{k}": v.detach().cpu().numpy() for k, v in self.encoder_.state_dict().items()}
+        arrays |= {f"out.{k}": v.detach().cpu().numpy() for k, v in self.out_.state_dict().items()}
         arrays |= {
             "bucket_edges": self.bucket_edges_,
             "bucket_values": self.bucket_values_,
@@ -374,10 +385,11 @@ class ProxyClsHead(ProxyHead):
 
     def __init__(self, *, n_buckets: int = 10, within_bin: str = "uniform", encoder: str | None = None,
                  max_seq_len: int = 256, epochs: int = 3, batch_size: int = 16, lr: float = 5e-5,
-                 weight_decay: float = 0.01, random_state: int = 0, n_threads: int = 1, progress: bool = True) -> None:
+                 weight_decay: float = 0.01, random_state: int = 0, n_threads: int = 1, progress: bool = True,
+                 device: str = "cpu") -> None:
         super().__init__(encoder=encoder, max_seq_len=max_seq_len, epochs=epochs, batch_size=batch_size, lr=lr,
                          weight_decay=weight_decay, random_state=random_state, n_threads=n_threads,
-                         progress=progress)
+                         progress=progress, device=device)
         self.n_buckets = n_buckets
         self.within_bin = within_bin
 
@@ -391,8 +403,9 @@ class ProxyRankHead(ProxyHead):
 
     def __init__(self, *, group_size: int = 10, encoder: str | None = None, max_seq_len: int = 256,
                  epochs: int = 3, batch_size: int = 16, lr: float = 5e-5, weight_decay: float = 0.01,
-                 random_state: int = 0, n_threads: int = 1, progress: bool = True) -> None:
+                 random_state: int = 0, n_threads: int = 1, progress: bool = True,
+                 device: str = "cpu") -> None:
         super().__init__(encoder=encoder, max_seq_len=max_seq_len, epochs=epochs, batch_size=batch_size, lr=lr,
                          weight_decay=weight_decay, random_state=random_state, n_threads=n_threads,
-                         progress=progress)
+                         progress=progress, device=device)
         self.group_size = group_size

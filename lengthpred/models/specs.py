@@ -10,7 +10,7 @@ from typing import Any
 
 from lengthpred.errors import ModelError
 
-_DTYPES = ("bfloat16", "float16", "float32")  # names of torch dtypes
+_DTYPES = ("bfloat16", "float16", "float32", "auto")  # names of torch dtypes; auto: lengthpred.models.device
 
 
 @dataclass(frozen=True)
@@ -24,9 +24,12 @@ class ModelSpec:
     hf_id: str | None = None  # hub id; needs a reachable hub or a warm HF cache
     tiny: bool = False  # random-weight tiny Llama built in code (tests)
     cache_dir: str | None = None  # where a dequantised GGUF is saved as safetensors
-    dtype: str = "float32"
+    dtype: str = "float32"  # auto: bfloat16 on a GPU that has it, float16 on an older one, float32 on the CPU
     attn_implementation: str = "sdpa"
     max_context: int | None = None  # None: the model config's max_position_embeddings
+    # null: one device (a model too large for its GPU is spread when there are more); auto | balanced | sequential:
+    # accelerate spreads the layers over every visible GPU (lengthpred.models.device.choose_device_map)
+    device_map: str | None = None
 
     def __post_init__(self) -> None:
         sources = [bool(self.package), bool(self.path), bool(self.hf_id), self.tiny]
@@ -37,8 +40,11 @@ class ModelSpec:
 
     @property
     def torch_dtype(self) -> Any:
+        """The torch dtype (`auto` must be resolved for a device first: `lengthpred.models.device.resolve_dtype`)."""
         import torch  # torch only where a model is loaded
 
+        if self.dtype == "auto":
+            raise ModelError(f"model {self.name!r}: dtype auto is resolved for a device before loading")
         return getattr(torch, self.dtype)
 
 

@@ -28,6 +28,7 @@ from lengthpred.sched.spec import acceptance as sa
 from lengthpred.sched.spec import records as sr
 from lengthpred.sched.spec.report import acceptance_markdown
 from lengthpred.stages.locations import generation_parts
+from lengthpred.stages.model import model_device, model_spec
 
 log = logging.getLogger("lengthpred")
 
@@ -78,7 +79,7 @@ def backend_generate(cfg: DictConfig) -> Generate:
     """Answers from the configured generation backend (vLLM: keeps `in_flight` prompts in the engine)."""
 
     def gen(items: Items, settings: GenerationSettings) -> Iterator[tuple[str, list[Sample]]]:
-        backend, _, _ = make_backend(settings, instantiate(cfg.model), device=cfg.device)
+        backend, _, _ = make_backend(settings, model_spec(cfg), device=model_device(cfg))
         if settings.in_flight > 0 and hasattr(backend, "stream"):
             yield from backend.stream(iter(items), settings.in_flight)
             return

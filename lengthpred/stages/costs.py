@@ -10,22 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lengthpred.artefacts import COSTS
 from lengthpred.costs import write_costs
 from lengthpred.costs.measure import PREFILL_KINDS, CostSettings, OnlineCosts, Sample, measure_costs
+from lengthpred.costs.timing import stopwatch
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.errors import ConfigError, DataError, LengthpredError
 from lengthpred.features.store import FeatureStores, load_features
 from lengthpred.heads.assemble import indomain_ids, prompt_text
 from lengthpred.heads.base import HEADS
-from lengthpred.models.serving import load_causal_lm
 from lengthpred.paths import resolve
 from lengthpred.stages.features import feature_dir, feature_settings, run_stores
 from lengthpred.stages.heads import feature_need
 from lengthpred.stages.locations import online_summary
+from lengthpred.stages.model import load_model, model_device
 from lengthpred.stages.runs import find_head_runs
 from lengthpred.stages.tracking import tracked
 
@@ -38,6 +38,7 @@ def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
     """Measure the costs of every saved head of `cfg`'s experiment on its own prompts, features and model."""
     ccfg = cfg.costs
     settings = CostSettings.from_cfg(ccfg)
+    stopwatch(settings.clock, model_device(cfg))  # a host clock for a GPU's work: refused before any work
     exp_dir = resolve(str(ccfg.experiment_dir))  # `${paths.experiment_dir}` unless overridden
     runs = find_head_runs(exp_dir, settings.heads)
     model_name = str(cfg.model.name)
@@ -81,7 +82,7 @@ def costs_from_config(cfg: Any, *, progress: bool = True) -> dict[str, Any]:
     )
     model = tokenizer = fsettings = max_tokens = None
     if needs_model:
-        model, tokenizer = load_causal_lm(instantiate(cfg.model))
+        model, tokenizer = load_model(cfg)  # on the config's device: timed there (costs.clock)
         fsettings = feature_settings(cfg)
         max_tokens = fsettings.max_prompt_tokens or getattr(model.config, "max_position_embeddings", None)
     given = settings.online_summary

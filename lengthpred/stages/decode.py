@@ -16,7 +16,6 @@ from typing import Any
 
 import pandas as pd
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lengthpred.artefacts import DECODE_CHECKPOINTS, DECODE_CHOSEN
@@ -35,10 +34,10 @@ from lengthpred.features.extract import model_identity
 from lengthpred.features.settings import prompts_hash
 from lengthpred.generate.store import load_generations, read_json, read_parts
 from lengthpred.heads.assemble import indomain_ids
-from lengthpred.models.serving import load_causal_lm
 from lengthpred.paths import resolve
-from lengthpred.stages.features import launcher_shard
+from lengthpred.stages.distributed import launcher_shard, process_group
 from lengthpred.stages.locations import data_dir, generations_dir
+from lengthpred.stages.model import load_model, model_device, model_dtype
 from lengthpred.stages.outputs import declare_outputs
 from lengthpred.stages.shards import parse_shard
 
@@ -82,7 +81,7 @@ def decode_dir(cfg: Any, prompts: Any, answers: dict[str, Answer], settings: Dec
                budget: int | None) -> Path:
     records, _ = selected_ids(prompts, answers, settings.limit)
     ids = [r[0] for r in records]
-    key = decode_key(settings, model_identity(cfg.model.name, cfg.model.dtype), prompts_hash(records),
+    key = decode_key(settings, model_identity(cfg.model.name, model_dtype(cfg)), prompts_hash(records),
                      answers_hash(answers, ids), budget)
     return data_dir(cfg) / "decode" / str(cfg.model.name) / key
 
@@ -90,19 +89,24 @@ def decode_dir(cfg: Any, prompts: Any, answers: dict[str, Answer], settings: Dec
 def run_extract_decode(cfg: DictConfig, out: str | Path) -> Path:
     """The extract_decode stage (`out`: its run folder; the store it writes under data/ is declared in the config's run folder, `paths.output_dir`, which is `out` when a script calls it): the states of this config's answers (`shard`, or the launcher's rank); prints the store's size once complete."""
     settings = decode_settings(cfg)  # a bad decode config fails before the model or data load
+    device = model_device(cfg)  # a bad device (or LOCAL_RANK) too
     with open_dict(cfg):
         cfg.shard = launcher_shard(cfg)
     prompts = load_prompts(cfg.data)
     answers, source, budget = load_answers(cfg, settings)
     root = decode_dir(cfg, prompts, answers, settings, budget)
-    model, tokenizer = load_causal_lm(instantiate(cfg.model))
-    model.to(cfg.device)
-    with torch.inference_mode():
-        extract_decode(settings, model, tokenizer, prompts, answers, out_dir=root, model_name=str(cfg.model.name),
-                       max_prompt_tokens=budget, shard=parse_shard(cfg.shard), source=str(source))
-    declare_outputs(cfg, root)
+    with process_group(device) as group:
+        model, tokenizer = load_model(cfg)  # on cfg.device, this process's GPU under a launcher (LOCAL_RANK)
+        with torch.inference_mode():
+            extract_decode(settings, model, tokenizer, prompts, answers, out_dir=root,
+                           model_name=str(cfg.model.name), max_prompt_tokens=budget, shard=parse_shard(cfg.shard),
+                           source=str(source))
+        declare_outputs(cfg, root)
+        group.barrier()
+        if not group.is_main:
+            return root
     i, n = parse_shard(cfg.shard)
-    if n == 1:
+    if n == 1 or group.size > 1:
         ds = load_decode(root)
         print(f"{root}  ({len(ds.ids)} answers, {len(ds.t)} checkpoints)")
     else:

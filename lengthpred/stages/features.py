@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,20 +17,38 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, open_dict
 
 from lengthpred.data import load_prompts
-from lengthpred.errors import ConfigError, LengthpredError
+from lengthpred.errors import ConfigError, DataError, LengthpredError
 from lengthpred.features import extract as fx
+from lengthpred.features.budget import trim_for_model
+from lengthpred.features.maintenance import compact_store
 from lengthpred.features.settings import FeatureSettings, cache_key, prompts_hash
 from lengthpred.features.store import MANIFEST, FeatureSet, load_features
-from lengthpred.models.serving import load_causal_lm
+from lengthpred.models.checkpoint import layer_shape
+from lengthpred.stages.distributed import launcher_shard, process_group
 from lengthpred.stages.locations import data_dir
+from lengthpred.stages.model import load_model, model_device, model_dtype
 from lengthpred.stages.outputs import declare_outputs
 from lengthpred.stages.shards import parse_shard
 
 log = logging.getLogger(__name__)
+_SAID: set[str] = set()  # the trim line, once per process
 
 
 def feature_settings(cfg: Any) -> FeatureSettings:
-    """FeatureSettings from a whole config: `features.max_prompt_tokens: null` takes generation's budget."""
+    """FeatureSettings from a whole config: `features.max_prompt_tokens: null` takes generation's budget; for a
+    large model the default feature set is trimmed (`features.trim`, lengthpred.features.budget), said once."""
+    settings = _settings(cfg)
+    shape = layer_shape(instantiate(cfg.model)) if cfg.features.get("trim", True) else None
+    if shape is None:
+        return settings
+    settings, said = trim_for_model(settings, *shape)
+    if said and said not in _SAID:
+        _SAID.add(said)
+        log.warning("features: %s %s", cfg.model.name, said)
+    return settings
+
+
+def _settings(cfg: Any) -> FeatureSettings:
     d = dict(cfg.features)
     if d.get("max_prompt_tokens") is None:
         gen = cfg.get("generate") or {}
@@ -54,7 +71,7 @@ def feature_dir(cfg: Any, prompts: Any, settings: FeatureSettings | None = None)
     records = fx.prompt_records(prompts)
     if settings.limit:
         records = records[: settings.limit]
-    key = cache_key(settings, fx.model_identity(cfg.model.name, cfg.model.dtype), prompts_hash(records))
+    key = cache_key(settings, fx.model_identity(cfg.model.name, model_dtype(cfg)), prompts_hash(records))
     return data_dir(cfg) / "features" / str(cfg.model.name) / key
 
 
@@ -64,7 +81,13 @@ def extract(cfg: Any, model: Any, tokenizer: Any, prompts: Any, *, settings: Fea
     settings = settings or feature_settings(cfg)
     out = out_dir if out_dir is not None else feature_dir(cfg, prompts, settings)
     return fx.extract_features(settings, model, tokenizer, prompts, out_dir=out, model_name=str(cfg.model.name),
-                               shard=parse_shard(cfg.shard))
+                               shard=parse_shard(cfg.shard), source=model_source(cfg))
+
+
+def model_source(cfg: Any) -> str:
+    """Where the weights come from (a store records it: two checkpoints under one model.name never share one)."""
+    m = cfg.model
+    return str(m.get("path") or m.get("hf_id") or m.get("package") or ("tiny" if m.get("tiny") else m.name))
 
 
 def ensure_features(cfg: Any, prompts: Any, model: Any = None, tokenizer: Any = None, *,
@@ -94,10 +117,11 @@ def ensure_store(cfg: Any, prompts: Any, settings: FeatureSettings, model: Any =
         except LengthpredError:
             log.info("features at %s incomplete: resuming", root)
     if model is None:
-        model, tokenizer = load_causal_lm(instantiate(cfg.model))
+        model, tokenizer = load_model(cfg)  # on cfg.device (this process's GPU under a launcher)
     check_need_layers(model, need or [], str(cfg.model.name))
-    out = fx.extract_features(settings, model, tokenizer, prompts, out_dir=root, model_name=str(cfg.model.name),
-                              shard=shard)
+    with torch.inference_mode():
+        out = fx.extract_features(settings, model, tokenizer, prompts, out_dir=root, model_name=str(cfg.model.name),
+                                  shard=shard, source=model_source(cfg))
     return load_features(out)
 
 
@@ -151,32 +175,39 @@ def run_stores(configs: Sequence[Any], prompts: Any, ids: Sequence[str], need: A
     return roots
 
 
-def launcher_shard(cfg: DictConfig) -> str:
-    """Under torchrun / accelerate launch (WORLD_SIZE > 1) each process takes shard RANK/WORLD_SIZE."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and parse_shard(cfg.shard) == (0, 1):
-        return f"{int(os.environ['RANK'])}/{world}"
-    return cfg.shard or "0/1"
-
-
 def run_extract(cfg: DictConfig, out: str | Path) -> Path:
-    """The extract stage (`out`: its run folder; the store it writes under data/ is declared in the config's run folder, `paths.output_dir`, which is `out` when a script calls it): this config's features for its data (`shard`, or the launcher's rank), printed
-    with the store's size once complete. Returns the store folder."""
+    """The extract stage (`out`: its run folder; the store it writes under data/ is declared in the config's run
+    folder, `paths.output_dir`, which is `out` when a script calls it): this config's features for its data
+    (`shard`, or the launcher's rank under torchrun, lengthpred.stages.distributed), printed with the store's size
+    once complete. Under a launcher every rank waits at a barrier and rank 0 checks the whole store. Returns the
+    store folder."""
     feature_settings(cfg)  # a bad features config fails before the model or data load
+    device = model_device(cfg)  # a bad device (or LOCAL_RANK) too
     with open_dict(cfg):
         cfg.shard = launcher_shard(cfg)
-    device = cfg.device
-    if device == "cuda" and "LOCAL_RANK" in os.environ:
-        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
     prompts = load_prompts(cfg.data)
-    model, tokenizer = load_causal_lm(instantiate(cfg.model))
-    model.to(device)
-    with torch.inference_mode():
-        root = extract(cfg, model, tokenizer, prompts)
-    declare_outputs(cfg, root)
+    root = feature_dir(cfg, prompts)
+    try:  # a read-only data folder: one line before the model loads
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"cannot create the feature store at {root}: {e.strerror}") from None
+    with process_group(device) as group:
+        model, tokenizer = load_model(cfg)
+        with torch.inference_mode():
+            root = extract(cfg, model, tokenizer, prompts, out_dir=root)
+        declare_outputs(cfg, root)
+        group.barrier()  # every rank's shard is written
+        if not group.is_main:
+            return root
+        return _report(cfg, root, group.size)
+
+
+def _report(cfg: DictConfig, root: Path, world: int) -> Path:
     i, n = parse_shard(cfg.shard)
-    if n == 1:
+    if n == 1 or world > 1:
         fs = load_features(root)  # checks: no duplicates, no gaps
+        if cfg.features.get("compact", False):
+            print(f"compacted: {compact_store(root)}")
         print(f"{root}  ({len(fs)} prompts, {len(fs.names)} columns, {len(fs.skipped)} skipped)")
     else:
         print(f"{root}  (shard {i}/{n} done; load_features checks completeness once all shards ran)")

@@ -6,14 +6,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import instantiate
-
 from lengthpred.data import load_prompts
 from lengthpred.generate import reference_parts, store
 from lengthpred.generate.backends import make_backend
 from lengthpred.generate.runner import RunSummary, run_generation
 from lengthpred.generate.settings import GenerationSettings
 from lengthpred.stages.locations import generations_dir, reference_path
+from lengthpred.stages.model import model_device, model_spec
 from lengthpred.stages.outputs import declare_outputs
 from lengthpred.stages.shards import parse_shard
 from lengthpred.stages.targets import export_reference
@@ -26,10 +25,10 @@ def generate_from_cfg(cfg: Any, prompts: Any = None, *, model: Any = None, token
     """Run the generate stage for `cfg` (model, data, generate, shard); prompts default to
     `lengthpred.data.load_prompts(cfg.data)`."""
     settings = GenerationSettings.from_cfg(cfg.generate)
-    spec = instantiate(cfg.model)
+    spec = model_spec(cfg)  # dtype auto resolved for this process's device
     if prompts is None:
         prompts = load_prompts(cfg.data)
-    backend, tokenizer, ctx = make_backend(settings, spec, model=model, tokenizer=tokenizer, device=cfg.device)
+    backend, tokenizer, ctx = make_backend(settings, spec, model=model, tokenizer=tokenizer, device=model_device(cfg))
     root = generations_dir(cfg, settings)
     manifest = {"model": spec.name, "data": cfg.data.name, "dtype": spec.dtype, "max_context": ctx}
     skip, on_part = None, None

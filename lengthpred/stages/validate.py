@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from lengthpred.errors import ConfigError
 from lengthpred.heads.search import SearchSettings, sample_candidates
 from lengthpred.heads.settings import HEAD_KEYS
+from lengthpred.models.device import resolve_device
 from lengthpred.serve.vllm_engine import SETUP_HINT
 from lengthpred.stages.heads import constructor_params, head_class
 from lengthpred.stages.tracking import logger_mode
@@ -175,7 +176,7 @@ RULES: dict[str, Rule] = {
     "costs.extract_prompts": integer(1),
     "costs.extract_repeats": integer(1),
     "costs.threads": integer(1),
-    "costs.clock": one_of("cpu", "wall"),
+    "costs.clock": one_of("auto", "cpu", "wall", "device"),
     "distribution.layer": integer(0),
     "distribution.short_cap": integer(1),
     "distribution.n_boot": integer(1),
@@ -274,12 +275,20 @@ def check_serve_engine(cfg: Any) -> None:
                           "(or serve.engine.kind=fake for the simulated engine)")
 
 
+def check_device(cfg: Any) -> None:
+    """`device` names a device this process can use (with its LOCAL_RANK): before the model or the data load."""
+    device = _value(cfg, "device")
+    if device is not _ABSENT:
+        resolve_device(device)
+
+
 SCRIPT_CHECKS: dict[str, Callable[[Any], None]] = {"serve": check_serve_engine}
 
 
 def validate(cfg: Any, script: str | None = None) -> None:
     """All checks of this module on a composed config, before any work (`script`: the script's name)."""
     check_values(cfg)
+    check_device(cfg)
     check_logger(cfg)
     head = _value(cfg, "head")
     check_head(None if head is _ABSENT else head)
