@@ -123,16 +123,19 @@ spec: setup
 
 # ruff, then the direction of imports (import-linter contracts in pyproject.toml; docs/DESIGN.md "Layers")
 lint: setup
-	$(VENV)/bin/ruff check lengthpred scripts tests benchmarks
+	$(VENV)/bin/ruff check lengthpred scripts tests benchmarks docsgen
 	$(VENV)/bin/lint-imports
 
 # README.md and every generated page under docs/ from the committed results (docsgen/; docs/results/data/), then
 # the site. docs-check renders in memory and fails where the tree differs (CI), then builds the site strictly.
+# NO_MKDOCS_2_WARNING: mkdocs-material's banner about its successor, printed on every build
 docs: setup
 	$(PY) -m docsgen
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 docs-check: setup
 	$(PY) -m docsgen --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 clean-outputs:
 	rm -rf outputs multirun

@@ -43,7 +43,7 @@ class Stat:
             ci = f" [{self.lo:+.{self.decimals}f}, {self.hi:+.{self.decimals}f}]" if self.has_interval else ""
         else:
             core = f"{self.value:{sign}.{self.decimals}f}"
-            ci = f" [{self.lo:.{self.decimals}f}, {self.hi:.{self.decimals}f}]" if self.has_interval else ""
+            ci = f" [{self.lo:{sign}.{self.decimals}f}, {self.hi:{sign}.{self.decimals}f}]" if self.has_interval else ""
         return (core + ci).replace("-", "−")
 
 

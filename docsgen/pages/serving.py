@@ -64,7 +64,8 @@ def script(root: Path, name: str) -> ModuleType:
 
 
 def _csv(df: pd.DataFrame) -> str:
-    return df.to_csv(index=False, lineterminator="\n")
+    # six significant digits: what the pages show needs three; the last bits of a float differ between machines
+    return df.to_csv(index=False, lineterminator="\n", float_format="%.6g")
 
 
 def median_per_repeat(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
@@ -181,6 +182,8 @@ def serving_provenance(res: Results, producer: str) -> str:
     p = PRODUCERS[producer]
     code = ", ".join(f"`{c}`" for c in p.code if c.startswith("scripts/")) or "`lengthpred.serve.summary`"
     names = ", ".join(f"`{f}`" for f in FOLDERS)
-    return (f"_Rows: {', '.join(f'[{Path(o).name}]({rel(res, o)})' for o in p.outputs)}, made by {code} over the "
+    files = ", ".join(f"`{Path(o).name}`" if o.endswith(".md") else f"[{Path(o).name}]({rel(res, o)})"
+                      for o in p.outputs)  # a Markdown fragment is included below, not served
+    return (f"_Rows: {files}, made by {code} over the "
             f"committed runs in `{REFERENCE}/` ({names}). `make docs` remakes them when a folder or that code "
             "changes (producer `" + producer + "`)._")
