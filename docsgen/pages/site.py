@@ -19,12 +19,12 @@ from docsgen.results import Results
 from docsgen.studies import FLAT_PAGES, RESULTS, STUDIES, page_path
 
 API = {  # API page -> modules it documents (docs/reference/api/<page>.md is written by api_page)
-    "heads": ("lengthpred.heads", "lengthpred.heads.base", "lengthpred.heads.linear", "lengthpred.heads.binned",
-              "lengthpred.heads.proxy", "lengthpred.heads.search"),
-    "online": ("lengthpred.online", "lengthpred.online.rls", "lengthpred.online.service"),
+    # a package documents what it re-exports (__all__); a module is listed beside it only for what it keeps
+    "heads": ("lengthpred.heads",),
+    "online": ("lengthpred.online", "lengthpred.online.service"),
     "features": ("lengthpred.features", "lengthpred.features.capture", "lengthpred.features.pooling"),
     "metrics-and-eval": ("lengthpred.metrics", "lengthpred.eval"),
-    "simulator": ("lengthpred.sched", "lengthpred.sched.core.simulator", "lengthpred.sched.core.policies"),
+    "simulator": ("lengthpred.sched",),
     "serving": ("lengthpred.serve", "lengthpred.serve.paired", "lengthpred.serve.summary",
                 "lengthpred.serve.featurize"),
     "data": ("lengthpred.data", "lengthpred.data.trace", "lengthpred.targets"),
@@ -103,8 +103,10 @@ SETTINGS = {
     "docs_dir": "docs",
     "site_dir": "site",
     "strict": True,
-    "theme": {"name": "material", "features": ["navigation.tabs", "navigation.sections", "navigation.indexes",
-                                               "navigation.top", "search.suggest", "content.code.copy"]},
+    # no navigation.sections: a study's pages stay folded under it until opened
+    "theme": {"name": "material", "features": ["navigation.tabs", "navigation.indexes", "navigation.top", "toc.integrate",
+                                               "search.suggest", "content.code.copy"]},
+    "extra_css": ["stylesheets/extra.css"],
     "markdown_extensions": ["admonition", "attr_list", "tables", "footnotes", {"toc": {"permalink": True}},
                             "pymdownx.superfences", "pymdownx.details"],
     "plugins": ["search", {"mkdocstrings": {"default_handler": "python", "handlers": {"python": {

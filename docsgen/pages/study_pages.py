@@ -3,8 +3,6 @@ column's value, and the serving index's per-folder table of predicted-SJF's gain
 
 from __future__ import annotations
 
-import pandas as pd
-
 from docsgen import mdtable
 from docsgen.numbers import pct, pct_interval
 from docsgen.pages.helpers import sources
@@ -35,9 +33,10 @@ def study_pages(res: Results, slug: str) -> str:
 
 
 @helper
-def table_rows(res: Results, name: str, column: str, value: str, drop: bool = True) -> str:
+def table_rows(res: Results, name: str, column: str, value: str, drop: bool = True,
+               drop_columns: tuple[str, ...] | list[str] = ()) -> str:
     """The table of docs/results/data/<name> with only the rows whose `column` equals `value` (that column
-    dropped unless `drop` is false)."""
+    dropped unless `drop` is false, and `drop_columns` too)."""
     path = f"{DATA}/{name}"
     t = mdtable.from_csv(res.text(path))
     src = sources(res).get(name)
@@ -48,7 +47,10 @@ def table_rows(res: Results, name: str, column: str, value: str, drop: bool = Tr
     rows = [r for r in t.rows if r[i] == value]
     if not rows:
         res.fail(path, f"no row with {column} = {value!r}")
-    keep = [j for j in range(len(t.header)) if not (drop and j == i)]
+    gone = [c for c in drop_columns if c not in t.header]
+    if gone:
+        res.fail(path, f"no column {gone[0]!r}")
+    keep = [j for j in range(len(t.header)) if not (drop and j == i) and t.header[j] not in drop_columns]
     return mdtable.render(mdtable.MdTable([t.header[j] for j in keep], [align[j] for j in keep],
                                           [[r[j] for j in keep] for r in rows]))
 
@@ -56,31 +58,32 @@ def table_rows(res: Results, name: str, column: str, value: str, drop: bool = Tr
 @helper
 def serving_folders_table(res: Results, policy: str = "sjf", predictor: str = "rls@1+engine") -> str:
     """Per ten-repeat folder: its workload and calibration, and predicted-SJF's paired gain over FCFS on the
-    per-token mean, the per-token median and E2E p99 (pooled ratio [95% paired bootstrap CI], exact sign-flip p,
-    median of the per-repeat gains)."""
+    per-token mean (pooled ratio [95% paired bootstrap CI], exact sign-flip p, median of the per-repeat gains)
+    and on E2E p99 (the tail)."""
     g = res.csv(GAINS, columns=("folder", "baseline", "policy", "predictor", "metric", "gain", "ci_low", "ci_high",
                                 "p_value", "median_per_repeat", "n"), dtype=None)
     info = res.csv(FOLDER_INFO, columns=("folder", "workload", "calibration")).set_index("folder")
     g = g[(g["baseline"] == "fcfs") & (g["policy"] == policy) & (g["predictor"] == predictor)]
-    metrics = {"per_token_latency_mean": "per-token mean", "per_token_latency_p50": "per-token median",
-               "jct_p99": "E2E p99"}
-    head = ["folder", "workload", "calibration", "repeats",
-            *(f"{m}: pooled gain [95% CI], p; median per repeat" for m in metrics.values())]
+    head = ["folder", "workload", "calibration", "repeats", "per-token mean: pooled gain [95% CI]", "p (exact)",
+            "median per repeat", "E2E p99: pooled gain [95% CI]", "p (exact)"]
     rows = []
     for folder in FOLDERS:
         x = g[g["folder"] == folder].set_index("metric")
         if x.empty:
             continue
-        cells = [_gain_cell(x.loc[m]) if m in x.index else "—" for m in metrics]
+        cells = []
+        for m, with_median in (("per_token_latency_mean", True), ("jct_p99", False)):
+            if m not in x.index:
+                cells += ["—"] * (3 if with_median else 2)
+                continue
+            r = x.loc[m]
+            cells += [pct_interval(r.gain, r.ci_low, r.ci_high), f"{r.p_value:.2g}"]
+            cells += [pct(r.median_per_repeat)] if with_median else []
         rows.append([f"[{folder}]({folder}.md)", info.loc[folder, "workload"], info.loc[folder, "calibration"],
                      str(int(x["n"].max())), *cells])
     if not rows:
         res.fail(GAINS, f"no {policy} ({predictor}) rows over FCFS")
     return mdtable.render(mdtable.MdTable(head, ["---"] * 3 + ["---:"] * (len(head) - 3), rows))
-
-
-def _gain_cell(r: pd.Series) -> str:
-    return f"{pct_interval(r.gain, r.ci_low, r.ci_high)}, p {r.p_value:.2g}; {pct(r.median_per_repeat)}"
 
 
 @helper
