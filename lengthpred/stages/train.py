@@ -39,6 +39,7 @@ from lengthpred.stages.heads import (
     head_name,
     plain,
 )
+from lengthpred.stages.readout_export import export_readout
 from lengthpred.stages.resume import finished_before, mark_finished
 from lengthpred.stages.targets import load_targets
 from lengthpred.stages.tracking import tracked
@@ -164,6 +165,8 @@ def train_from_config(cfg: DictConfig, out_dir: str | Path, tracker: Any = None)
     }
 
     head.save(out_dir / HEAD)
+    if name == "linear":  # the file `vllm serve` reads (lengthpred.vllm_plugin)
+        export_readout(cfg, head, feature, sets["train"].inputs.x_for(klass.input_kind), out_dir)
     (out_dir / METRICS).write_text(json.dumps(_json_safe(metrics), indent=2) + "\n")
     append_predictions(out_dir / PREDICTIONS, pd.concat(frames, ignore_index=True), replace_prefix=SplitName.prefix("cross"))
     if tracker is not None:

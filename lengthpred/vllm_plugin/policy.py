@@ -1,0 +1,89 @@
+"""Which requests run in the next step, decided in place: a pure function over what the scheduler knows.
+
+LEAP predicts from the request's own prefill, so a new request is prefilled first (it has no prediction before);
+then every prefilled request competes for the batch's slots by its key. A decode that loses its slot *parks*:
+it leaves vLLM's running list but keeps its KV blocks, and resumes later with nothing recomputed (vLLM's model
+runner keeps the state of a running request it did not schedule). Only when KV memory runs short does a parked
+request give its blocks back (`kv_victims`), and then vLLM recomputes it on resumption, as with its own preemption.
+
+Keys (lower runs first): `sjf` the predicted length p; `srpt` the predicted remaining length max(p − generated, 1);
+with aging, key − weight · (now − arrival) / max(key, 1) (`AgingSJF`'s form). A request the readout could not
+predict, or one that has yielded `max_yields` times, never yields again (FCFS-style). No vLLM import here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+# where a request is when the step is planned
+PREFILL, DECODE, PARKED, NEW, PREEMPTED = "prefill", "decode", "parked", "new", "preempted"
+
+
+@dataclass(frozen=True)
+class RequestView:
+    rid: str
+    arrival: float
+    state: str  # PREFILL / DECODE (in vLLM's running list), PARKED (ours, KV kept), NEW / PREEMPTED (vLLM's waiting)
+    predicted: float | None = None  # tokens; None: no prediction (not prefilled yet, or unpredictable)
+    generated: int = 0
+    yields: int = 0
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    policy: str = "sjf"  # sjf | srpt (fcfs never plans: vLLM's own order)
+    aging_weight: float = 0.0
+    max_yields: int | None = None
+    max_prefill_slots: int | None = None
+
+
+@dataclass
+class Plan:
+    run: list[str]  # vLLM's running list after the plan: prefills first, then decodes by key
+    park: list[str]  # prefilled requests that wait with their KV kept
+    waiting: list[str]  # vLLM's waiting queue, head first: the ones to admit this step lead
+    yielded: list[str] = field(default_factory=list)  # ran last step, parked now (each counts toward max_yields)
+
+
+def key(v: RequestView, opts: PolicyOptions, now: float) -> float:
+    """A prefilled request's key; −inf for one that must not yield (no prediction, or its yields spent)."""
+    if v.predicted is None or not math.isfinite(v.predicted):
+        return -math.inf
+    if opts.max_yields is not None and v.yields >= opts.max_yields and v.state == DECODE:
+        return -math.inf
+    base = max(v.predicted - v.generated, 1.0) if opts.policy == "srpt" else max(float(v.predicted), 0.0)
+    if opts.aging_weight:
+        base -= opts.aging_weight * max(now - v.arrival, 0.0) / max(base, 1.0)
+    return base
+
+
+def plan_step(views: Sequence[RequestView], slots: int, opts: PolicyOptions, now: float) -> Plan:
+    """The step's running list, parked set and waiting order for `slots` batch slots (vLLM's max_num_seqs)."""
+    prefills = [v for v in views if v.state == PREFILL]
+    new = sorted((v for v in views if v.state == NEW), key=lambda v: v.arrival)
+    free = max(slots - len(prefills), 0)
+    n_new = min(len(new), free, opts.max_prefill_slots if opts.max_prefill_slots is not None else free)
+    ranked = sorted((v for v in views if v.state in (DECODE, PARKED, PREEMPTED)),
+                    key=lambda v: (key(v, opts, now), v.arrival))
+    chosen = ranked[: free - n_new]
+    keep = {v.rid for v in chosen}
+    run = [v.rid for v in prefills] + [v.rid for v in chosen if v.state in (DECODE, PARKED)]
+    park = [v.rid for v in ranked if v.state in (DECODE, PARKED) and v.rid not in keep]
+    waiting = ([v.rid for v in new[:n_new]] + [v.rid for v in chosen if v.state == PREEMPTED]
+               + [v.rid for v in new[n_new:]] + [v.rid for v in ranked if v.state == PREEMPTED and v.rid not in keep])
+    yielded = [v.rid for v in ranked if v.state == DECODE and v.rid not in keep]
+    return Plan(run, park, waiting, yielded)
+
+
+def kv_victims(parked: Sequence[tuple[RequestView, int]], shortfall: int, opts: PolicyOptions, now: float) -> list[str]:
+    """Parked requests (with the KV blocks each holds) to give their blocks back, largest key first, until
+    `shortfall` blocks are freed (or none is left)."""
+    out, freed = [], 0
+    for v, blocks in sorted(parked, key=lambda vb: (key(vb[0], opts, now), vb[0].arrival), reverse=True):
+        if freed >= shortfall:
+            break
+        out.append(v.rid)
+        freed += blocks
+    return out

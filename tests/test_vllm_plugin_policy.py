@@ -1,0 +1,101 @@
+"""The plugin's step plan (lengthpred.vllm_plugin.policy), on request views built by hand: no vLLM needed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lengthpred.vllm_plugin.policy import (
+    DECODE,
+    NEW,
+    PARKED,
+    PREEMPTED,
+    PREFILL,
+    PolicyOptions,
+    RequestView,
+    key,
+    kv_victims,
+    plan_step,
+)
+
+SJF = PolicyOptions("sjf")
+
+
+def v(rid, state, predicted=None, arrival=0.0, generated=0, yields=0):
+    return RequestView(rid, arrival, state, predicted, generated, yields)
+
+
+def test_prefill_first_then_decodes_by_predicted_length():
+    views = [v("d_long", DECODE, 400, 0.0), v("d_short", DECODE, 20, 1.0), v("p_mid", PARKED, 100, 2.0),
+             v("n1", NEW, arrival=3.0), v("n0", NEW, arrival=2.5)]
+    plan = plan_step(views, slots=3, opts=SJF, now=10.0)
+    # two new arrivals take two slots (their prediction comes from that prefill), the shortest decode the third
+    assert plan.waiting[:2] == ["n0", "n1"]
+    assert plan.run == ["d_short"]
+    assert sorted(plan.park) == ["d_long", "p_mid"]
+    assert plan.yielded == ["d_long"]  # p_mid was parked already: not a new yield
+
+
+def test_a_request_mid_prefill_keeps_its_slot_and_decodes_fill_the_rest_in_key_order():
+    views = [v("pre", PREFILL), v("a", DECODE, 300), v("b", PARKED, 10), v("c", DECODE, 50)]
+    plan = plan_step(views, slots=3, opts=SJF, now=0.0)
+    assert plan.run == ["pre", "b", "c"]
+    assert plan.park == ["a"]
+    assert plan.waiting == []
+
+
+def test_every_request_keeps_one_place():
+    views = [v("pre", PREFILL), v("a", DECODE, 300), v("b", PARKED, 10), v("c", DECODE, 50), v("n", NEW, arrival=1),
+             v("r", PREEMPTED, 5)]
+    plan = plan_step(views, slots=2, opts=SJF, now=0.0)
+    placed = plan.run + plan.park + plan.waiting
+    assert sorted(placed) == sorted(x.rid for x in views)
+    assert len(placed) == len(set(placed))
+
+
+def test_a_preempted_request_with_a_small_key_is_admitted_through_the_waiting_queue():
+    views = [v("a", DECODE, 300), v("r", PREEMPTED, 5), v("n", NEW, arrival=9.0)]
+    plan = plan_step(views, slots=2, opts=SJF, now=10.0)
+    assert plan.run == []  # one slot to the new prefill, one to the preempted request (admitted from waiting)
+    assert plan.waiting == ["n", "r"]
+    assert plan.park == ["a"]
+
+
+def test_max_prefill_slots_keeps_room_for_decodes():
+    views = [v("d", DECODE, 300)] + [v(f"n{i}", NEW, arrival=float(i)) for i in range(4)]
+    plan = plan_step(views, slots=4, opts=PolicyOptions("sjf", max_prefill_slots=2), now=0.0)
+    assert plan.run == ["d"]
+    assert plan.waiting[:2] == ["n0", "n1"]
+
+
+def test_srpt_ranks_by_what_is_left():
+    views = [v("a", DECODE, 100, generated=90), v("b", DECODE, 50, generated=0)]
+    assert plan_step(views, 1, PolicyOptions("srpt"), 0.0).run == ["a"]  # 10 left against 50
+    assert plan_step(views, 1, SJF, 0.0).run == ["b"]  # 50 predicted against 100
+
+
+def test_aging_lifts_a_long_request_that_waited():
+    opts = PolicyOptions("sjf", aging_weight=300.0)
+    long_old, short_new = v("long", PARKED, 400, arrival=0.0), v("short", DECODE, 100, arrival=599.0)
+    # 400 - 300·600/400 = -50 against 100 - 300·1/100 = 97
+    assert key(long_old, opts, 600.0) == pytest.approx(-50.0)
+    assert plan_step([long_old, short_new], 1, opts, 600.0).run == ["long"]
+    assert plan_step([long_old, short_new], 1, SJF, 600.0).run == ["short"]
+
+
+def test_unpredicted_and_capped_requests_never_yield():
+    opts = PolicyOptions("sjf", max_yields=2)
+    assert key(v("x", DECODE, None), opts, 0.0) == -math.inf
+    assert key(v("y", DECODE, 500, yields=2), opts, 0.0) == -math.inf
+    assert key(v("y", PARKED, 500, yields=2), opts, 0.0) == 500  # it waits its turn, then it is pinned
+    plan = plan_step([v("y", DECODE, 500, yields=2), v("z", PARKED, 1)], 1, opts, 0.0)
+    assert plan.run == ["y"]
+
+
+def test_kv_victims_free_the_largest_keys_first():
+    parked = [(v("a", PARKED, 10), 3), (v("b", PARKED, 500), 2), (v("c", PARKED, 200), 4)]
+    assert kv_victims(parked, 1, SJF, 0.0) == ["b"]
+    assert kv_victims(parked, 3, SJF, 0.0) == ["b", "c"]
+    assert kv_victims(parked, 100, SJF, 0.0) == ["b", "c", "a"]
+    assert kv_victims(parked, 0, SJF, 0.0) == []
