@@ -81,11 +81,12 @@ def stale_generated(root: Path, written: set[str]) -> list[str]:
                   and f.read_text(encoding="utf-8").startswith(MARKER))
 
 
-def build(root: Path, check: bool = False, log=print) -> int:
-    """Exit status: 0 done (or, with `check`, the tree matches); 1 the tree differs; 2 bad input."""
+def build(root: Path, check: bool = False, log=print, produce: bool = True) -> int:
+    """Exit status: 0 done (or, with `check`, the tree matches); 1 the tree differs; 2 bad input.
+    `produce=False` renders from the committed rows as they are, running no producer (however stale)."""
     load()
     try:
-        produced, _ = run_producers(root, log=log)
+        produced, _ = run_producers(root, log=log) if produce else (Outcome(), {})
         files = {**produced.files, **render_pages(root, produced.files)}
     except DocsInputError as e:
         log(f"docs: {e}")

@@ -196,8 +196,8 @@ def test_the_workload_fidelity_table_reports_each_workloads_mean_and_worst_run()
     assert "Worst run on a mean: 30.0%" in t and "2 of 4 run × mean cells miss 5%" in t
 
 
-def test_the_committed_ten_repeats_against_prefill_first_fcfs_give_the_readmes_headline():
-    """README "Serving": predicted-SJF over fcfs-pf on the committed runs (data/reference/.../serve_pf10)."""
+def test_the_committed_ten_repeats_against_prefill_first_fcfs_give_the_committed_gains():
+    """The committed runs (docs/results/serving): predicted-SJF over fcfs-pf on the committed runs (data/reference/.../serve_pf10)."""
     from lengthpred.paths import REPO_ROOT
     from lengthpred.serve.metrics import SLO
     from lengthpred.serve.paired import paired_gains
@@ -214,8 +214,8 @@ def test_the_committed_ten_repeats_against_prefill_first_fcfs_give_the_readmes_h
     assert g.loc["jct_p99", "gain"] < -0.5
 
 
-def test_the_committed_bench_pool_repeats_give_the_readmes_headline():
-    """README "Serving": the bench pool's ten repeats (seed 1 rerun in place of the run a test overlapped)."""
+def test_the_committed_bench_pool_repeats_give_the_committed_gains():
+    """The committed runs (docs/results/serving): the bench pool's ten repeats (seed 1 rerun in place of the run a test overlapped)."""
     from lengthpred.paths import REPO_ROOT
     from lengthpred.serve.metrics import SLO
     from lengthpred.serve.paired import paired_gains
@@ -233,8 +233,8 @@ def test_the_committed_bench_pool_repeats_give_the_readmes_headline():
     assert g.loc[("sjf", "jct_p99"), "gain"] < 0 < g.loc[("oracle-sjf", "jct_mean"), "ci_low"]
 
 
-def test_the_committed_bench_pool_runs_with_prefill_first_fcfs_split_the_gain_as_the_readme_says():
-    """README "Serving": on the bench pool the TTFT gain is the prefill-first order, the per-token gain the
+def test_the_committed_bench_pool_runs_with_prefill_first_fcfs_split_the_gain_as_committed():
+    """The committed runs (docs/results/serving): on the bench pool the TTFT gain is the prefill-first order, the per-token gain the
     predictions' (data/reference/.../serve_bench_pool10_pf, FCFS / fcfs-pf / SJF in the same runs)."""
     from lengthpred.paths import REPO_ROOT
     from lengthpred.serve.metrics import SLO

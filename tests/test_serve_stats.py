@@ -339,7 +339,7 @@ def test_the_load_sweep_figure_is_written(tmp_path):
 
 @pytest.mark.integration
 def test_the_committed_runs_read_with_the_new_statistics():
-    """The README's serving numbers, from the committed runs (no engine)."""
+    """The committed runs' serving numbers, from the committed runs (no engine)."""
     from lengthpred.paths import REPO_ROOT
     from lengthpred.stages.serve import resimulated
 
@@ -402,8 +402,9 @@ def test_the_order_effect_separates_prefill_first_from_the_prediction():
     assert mod.main([]) == 2
 
 
-def test_the_ten_repeat_engine_readout_run_reads_as_the_readme_says():
-    """The README's headline: 10 paired repeats, the engine readout's per-token mean gain with an interval."""
+def test_the_ten_repeat_engine_readout_run_reads_as_committed():
+    """The headline folder (the README renders it from docs/results/data/serving): 10 paired repeats, the engine
+    readout's per-token mean gain with an interval."""
     from lengthpred.paths import REPO_ROOT
     from lengthpred.stages.serve import resimulated
 
@@ -420,8 +421,8 @@ def test_the_ten_repeat_engine_readout_run_reads_as_the_readme_says():
     assert pg.loc[("sjf", "jct_p99"), "gain"] < -0.2  # the long requests pay
 
 
-def test_the_natural_answer_runs_read_as_the_readme_says():
-    """The README's natural-answer block, recomputed from the committed runs: SJF's per-token gain over FCFS with
+def test_the_natural_answer_runs_read_as_committed():
+    """The committed runs' natural-answer block, recomputed from the committed runs: SJF's per-token gain over FCFS with
     an interval above 0, over fcfs-pf across 0; aging against SJF shortens a run's longest request."""
     from lengthpred.paths import REPO_ROOT
     from lengthpred.serve.report_stats import AGING_SHOWN
@@ -443,8 +444,8 @@ def test_the_natural_answer_runs_read_as_the_readme_says():
     assert len(at_speed) == 40 and at_speed.mean() < 0.02  # the queueing model at each run's own speed
 
 
-def test_the_load_08_replication_and_the_aging_runs_read_as_the_readme_says():
-    """The README's load-0.8 and aging headlines, recomputed from the committed runs."""
+def test_the_load_08_replication_and_the_aging_runs_read_as_committed():
+    """The committed runs' load-0.8 and aging headlines, recomputed from the committed runs."""
     from lengthpred.paths import REPO_ROOT
     from lengthpred.serve.report_stats import AGING_SHOWN
     from lengthpred.stages.serve import resimulated
@@ -480,8 +481,8 @@ def _reference(folder: str):
 
 
 @pytest.mark.datasets  # resimulating trace arrivals reads the Azure trace from the datasets
-def test_the_trace_arrival_runs_read_as_the_readme_says():
-    """The README's trace-arrival block, recomputed from the committed runs (which also checks that a run with
+def test_the_trace_arrival_runs_read_as_committed():
+    """The committed runs' trace-arrival block, recomputed from the committed runs (which also checks that a run with
     trace arrivals resimulates: it reads its trace again): the predictions' per-token gain over fcfs-pf has an
     interval above 0, and fcfs-pf alone gains nothing per token over FCFS."""
     _, _, gains = _reference("serve_trace10")
@@ -498,8 +499,8 @@ def test_the_trace_arrival_runs_read_as_the_readme_says():
 
 
 @pytest.mark.datasets  # resimulating trace arrivals reads the Azure trace from the datasets
-def test_the_rerun_with_blas_on_one_thread_reads_as_the_readme_says():
-    """The README's rerun of the trace-arrival repeats after the per-completion stall was removed: the
+def test_the_rerun_with_blas_on_one_thread_reads_as_committed():
+    """The committed runs' rerun of the trace-arrival repeats after the per-completion stall was removed: the
     predictions' per-token gain over fcfs-pf holds, E2E mean now gains over FCFS, the long requests still pay,
     and an RLS update takes under a millisecond (it took 5-6 ms when BLAS threads spun)."""
     _, real, gains = _reference("serve_trace10_blas1")
@@ -515,8 +516,8 @@ def test_the_rerun_with_blas_on_one_thread_reads_as_the_readme_says():
     assert len(updates) == 10 and updates.max() < 1.0
 
 
-def test_the_batch_cap_8_runs_read_as_the_readme_says():
-    """The README's cap-8 block, recomputed from the committed runs: with 8 slots SJF and the oracle still gain
+def test_the_batch_cap_8_runs_read_as_committed():
+    """The committed runs' cap-8 block, recomputed from the committed runs: with 8 slots SJF and the oracle still gain
     per-token mean with intervals above 0, the median does not move, and at each run's own speed the simulator is
     within 5% on every mean (calibrated at the cap it serves with)."""
     res, _, gains = _reference("serve_cap8_10")
@@ -533,8 +534,8 @@ def test_the_batch_cap_8_runs_read_as_the_readme_says():
     assert len(means) == 120 and means.groupby(["policy", "metric"])["abs_err"].mean().max() < 0.05
 
 
-def test_the_batch_cap_16_runs_read_as_the_readme_says():
-    """The README's cap-16 finding, recomputed from the committed runs: 40 requests never fill 16 slots, so neither
+def test_the_batch_cap_16_runs_read_as_committed():
+    """The committed runs' cap-16 finding, recomputed from the committed runs: 40 requests never fill 16 slots, so neither
     order gains per-token latency (intervals across 0) while the queue stays near empty."""
     _, real, gains = _reference("serve_cap16_10")
     over_fcfs = gains("fcfs")
@@ -546,8 +547,8 @@ def test_the_batch_cap_16_runs_read_as_the_readme_says():
     assert occupancy["batch_mean"] < 10 and occupancy["queue_mean"] < 0.1
 
 
-def test_the_batch_cap_16_runs_of_120_requests_read_as_the_readme_says():
-    """The README's cap-16 block with 120 requests per run, recomputed from the committed runs: the slots fill, both
+def test_the_batch_cap_16_runs_of_120_requests_read_as_committed():
+    """The committed runs' cap-16 block with 120 requests per run, recomputed from the committed runs: the slots fill, both
     orders gain per-token mean with bootstrap intervals above 0 (the sign-flip p stays above 0.05), the median's
     interval spans 0, and both pay on E2E p99."""
     res, real, gains = _reference("serve_cap16_120")
@@ -564,8 +565,8 @@ def test_the_batch_cap_16_runs_of_120_requests_read_as_the_readme_says():
     assert occupancy["batch_mean"] > 12 and occupancy["queue_mean"] > 2
 
 
-def test_the_load_08_rerun_after_the_stall_fix_reads_as_the_readme_says():
-    """The README's load-0.8 rerun (stall removed, fcfs-pf added): the per-token gain now has an interval above 0
+def test_the_load_08_rerun_after_the_stall_fix_reads_as_committed():
+    """The committed runs' load-0.8 rerun (stall removed, fcfs-pf added): the per-token gain now has an interval above 0
     over FCFS and over fcfs-pf, the long requests pay far less than in the first load-0.8 runs, and the
     predictions cost TTFT against fcfs-pf."""
     _, real, gains = _reference("serve_load08_blas1")

@@ -91,8 +91,8 @@ def test_the_script_prints_both_tables_and_refuses_a_bad_folder_in_one_line(tmp_
     assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
 
 
-def test_the_committed_runs_against_prefill_first_fcfs_read_as_the_readme_says():
-    """README "Serving": serve_pf10, stored in two halves on one profile, gives +28% per-token over fcfs-pf."""
+def test_the_committed_runs_against_prefill_first_fcfs_read_as_committed():
+    """The committed runs (docs/results/serving): serve_pf10, stored in two halves on one profile, gives +28% per-token over fcfs-pf."""
     from lengthpred.paths import REPO_ROOT
 
     f = load_folder(REPO_ROOT / "data" / "reference" / "smollm2-135m" / "serve_pf10")

@@ -163,8 +163,9 @@ def capped_share(res: Results) -> dict:
 
 
 @helper
-def timing(res: Results, target: str, run: str = "cold") -> str:
-    """The measured wall time of `make <target>`: one run as `20 min 47 s`, several as their range and count."""
+def timing(res: Results, target: str, run: str = "cold", dated: bool = False) -> str:
+    """The measured wall time of `make <target>`: one run as `20 min 47 s (one run)`, several as their range and
+    count; `dated`: with the dates they were measured on."""
     t = res.csv(TIMINGS, columns=("target", "run", "seconds", "machine", "date"))
     rows = t[(t["target"] == f"make {target}") & t["run"].str.startswith(run)]
     if rows.empty:
@@ -173,9 +174,11 @@ def timing(res: Results, target: str, run: str = "cold") -> str:
         s = rows["seconds"].astype(float)
     except ValueError:
         res.fail(TIMINGS, f"make {target}: seconds not a number")
+    days = sorted(set(rows["date"]))
+    when = f", {' and '.join(days)}" if dated else ""
     if len(s) == 1:
-        return f"{minutes(s.iloc[0])} (one run, {rows['date'].iloc[0]})"
-    return f"{minutes(s.min())} to {minutes(s.max())} (range over {len(s)} runs)"
+        return f"{minutes(s.iloc[0])} (one run{when})"
+    return f"{minutes(s.min())} to {minutes(s.max())} (range over {len(s)} runs{when})"
 
 
 @helper

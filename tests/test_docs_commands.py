@@ -1,0 +1,87 @@
+"""Every command the README and the how-to pages show at least parses: a stage script's overrides compose
+with the config as `--cfg job` would compose them (in-process, nothing runs), a make target exists, a copied file
+is there. `experiment=mine` is the copy the own-trace recipe makes of conf/experiment/my_trace.yaml."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+import lengthpred.cli  # noqa: F401  (registers the ${lp.*} resolvers)
+from lengthpred.paths import REPO_ROOT
+
+CONF = str((REPO_ROOT / "conf").resolve())
+PAGES = ["README.md", "docs/getting-started.md", *sorted(str(p.relative_to(REPO_ROOT))
+                                                         for p in (REPO_ROOT / "docs/how-to").glob("*.md"))]
+_BASH = re.compile(r"```bash\n(.*?)```", re.S)
+ALIASES = {"experiment=mine": "experiment=my_trace"}  # the recipe's copy of my_trace.yaml
+
+
+def commands() -> list[tuple[str, str]]:
+    """(page, command) for every line of every ```bash block (comments and continuations joined)."""
+    out = []
+    for page in PAGES:
+        for block in _BASH.findall((REPO_ROOT / page).read_text(encoding="utf-8")):
+            joined = re.sub(r"\\\n\s*", " ", block)
+            for line in joined.splitlines():
+                cmd = re.split(r"\s+#", line, maxsplit=1)[0].strip()
+                if cmd:
+                    out.append((page, cmd))
+    return out
+
+
+def _hydra_script(path: Path) -> bool:
+    return "@hydra.main" in path.read_text(encoding="utf-8")
+
+
+def _first_choice(override: str) -> str:
+    """A sweep override (`head=a,b`) as its first choice; others as written."""
+    parsed = OverridesParser.create().parse_overrides([override])[0]  # a syntax error raises here
+    if parsed.is_sweep_override():
+        return f"{parsed.get_key_element()}={next(iter(parsed.sweep_string_iterator()))}"
+    return override
+
+
+def check(cmd: str) -> None:
+    parts = shlex.split(cmd)
+    for a, b in ALIASES.items():
+        parts = [b if p == a else p for p in parts]
+    if parts[0] == "make":  # a dry run: the target exists and its variables expand (-W: as if set-up were due)
+        subprocess.run(["make", "-n", "-W", "pyproject.toml", *parts[1:]], cwd=REPO_ROOT, check=True,
+                       capture_output=True, timeout=60)
+        return
+    if parts[0] == "cp":
+        assert (REPO_ROOT / parts[1]).exists(), f"{parts[1]} is not in the repository"
+        return
+    while parts and "=" in parts[0] and not parts[0].startswith("-"):  # VAR=value python ...
+        parts = parts[1:]
+    assert parts[0].endswith("python"), f"not a command this test knows: {cmd}"
+    if parts[1] == "-m":
+        __import__(parts[2])
+        return
+    script = REPO_ROOT / parts[1]
+    assert script.is_file(), f"{parts[1]} does not exist"
+    if not _hydra_script(script):
+        return
+    overrides = [_first_choice(p) for p in parts[2:] if p not in ("-m", "--multirun")]
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        compose(config_name="config", overrides=overrides)
+
+
+@pytest.mark.parametrize("page, cmd", commands(), ids=[f"{p}: {c}" for p, c in commands()])
+def test_a_command_in_the_docs_parses(page, cmd):
+    check(cmd)
+
+
+def test_the_pages_show_commands_and_a_wrong_one_fails():
+    assert len(commands()) > 20
+    with pytest.raises(Exception, match="head"):
+        check("python scripts/train.py head=no_such_head")
+    with pytest.raises(subprocess.CalledProcessError):
+        check("make no-such-target")
