@@ -1,6 +1,6 @@
 """Every stage in order on one experiment, each cached: `make demo` / `make paper` call this.
 
-    .venv/bin/python scripts/demo.py experiment=demo          # ≈11 min on 2 CPU cores, ≈1 s when cached
+    .venv/bin/python scripts/demo.py experiment=demo          # measured times: the README (docs/results/data/timings.csv)
     .venv/bin/python scripts/demo.py experiment=paper         # everything at paper scale
     .venv/bin/python scripts/demo.py experiment=demo pipeline.force=true   # rerun every stage
 

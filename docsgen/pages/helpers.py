@@ -57,7 +57,8 @@ def provenance(res: Results) -> str:
     for (made, commit, day), files in by_origin.items():
         links = ", ".join(f"[{os.path.basename(f)}]({rel(res, f'{DATA}/{f}')})" for f in files)
         when = f" (commit `{commit}`, {day})" if commit else ""
-        lines.append(f"_Rows: {links}. Written by `{made}`{when}; this page renders them (`make docs`)._")
+        lines.append(f"_Rows: {links}. Written by `{made}`{when}; this page renders them (`make docs`), and the text "
+                     "beside them is as written with that run._")
     return "\n\n".join(lines)
 
 
