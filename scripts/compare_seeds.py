@@ -1,7 +1,7 @@
 """Compare heads fitted in separate runs on their seed means, paired on the prompts they share
 (lengthpred.eval.seed_pairs):
 
-    python scripts/compare_seeds.py --reference probe --split 'indomain/*/test' --out docs/x.md \\
+    python scripts/compare_seeds.py --reference probe --split 'indomain/*/test' --out pairs.md \\
         probe=outputs/bench/train/probe proxy_reg=RUN_A,RUN_B proxy_cls=RUN_C/predictions.parquet
 
 Each HEAD=PATH[,PATH...] names a head and the runs (folders holding predictions.parquet, or the files) whose

@@ -49,7 +49,7 @@ def test_the_script_refuses_a_bad_window_or_folder_in_one_line(tmp_path, capsys)
 
 
 def test_the_committed_load08_rerun_replays_as_the_overview_says(tmp_path, capsys):
-    """docs/serve_fidelity_overview.md: serve_load08_blas1 at 2 s tracking, 15 / 16 mean cells and 36 / 40 runs
+    """docs/results/serving/serve_fidelity_overview.md: serve_load08_blas1 at 2 s tracking, 15 / 16 mean cells and 36 / 40 runs
     within the goal; on its calibration profile none, yet 24 of its 25 paired gains inside the engine's interval
     (the miss: SJF's per-token median over fcfs-pf, +1% [-1, +3] on the engine, +4% simulated)."""
     from lengthpred.paths import REPO_ROOT

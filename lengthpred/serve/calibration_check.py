@@ -1,5 +1,5 @@
 """Is a calibration burst fit to trust? A burst timed while something else used the cores gives a profile
-that misses real runs by 13-40%, and a plain fit says nothing (README "Serving", AUDIT "a timing fit made on a
+that misses real runs by 13-40%, and a plain fit says nothing (docs/log, "Serving on a real engine"; AUDIT "a timing fit made on a
 busy machine").
 
 `check_calibration` fits the burst's steps twice (NNLS, and the robust Huber fit of

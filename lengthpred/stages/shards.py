@@ -1,4 +1,4 @@
-"""`shard=i/n`: this process's slice of a long stage (README "Sharding and resuming")."""
+"""`shard=i/n`: this process's slice of a long stage (docs/how-to/gpu-and-slurm.md; the stages, docs/DESIGN.md)."""
 
 from __future__ import annotations
 
