@@ -112,6 +112,13 @@ def claims(res: Results) -> dict:
 
 
 @helper
+def castillo_models(res: Results) -> int:
+    """How many serving models T7 scores (rows of its summary table)."""
+    path = f"{DATA}/t7-castillo/castillo_T7_summary.csv"
+    return int(res.csv(path, columns=("Model",))["Model"].nunique())
+
+
+@helper
 def t1_n(res: Results) -> int:
     """How many test prompts the pooled T1 rows score."""
     t = _t1(res)
@@ -158,7 +165,7 @@ def capped_share(res: Results) -> dict:
         n, capped, cap = int(meta["n_rows"]), int(meta["n_capped"]), int(meta["settings"]["max_new_tokens"])
     except (KeyError, ValueError, TypeError) as e:
         res.fail(TRACE, f"no meta header with n_rows, n_capped, settings.max_new_tokens ({e})")
-    return {"share": pct(capped / n, signed=False), "cap": cap, "n": n, "prompts": int(meta["n_prompts"]),
+    return {"share": pct(capped / n, signed=False), "cap": cap, "n": f"{n:,}", "prompts": f"{int(meta['n_prompts']):,}",
             "samples": int(meta["settings"]["num_samples"])}
 
 
