@@ -14,6 +14,7 @@ writes, folder locks and quarantine of damaged parts.
 - `VerifiedFiles(folder)`: each file checked against its stored digest once, then trusted while its size and
   mtime (and its digest file) stay as they were checked (`.verified.json` in the folder), so a large store is
   not re-hashed on every load. A file without a stored digest is never trusted.
+- `claim_json(path, record)`: a record created exclusively (the first writer's wins), e.g. a store's layout.
 - `quarantine(path, why)`: a damaged part is renamed `<name>.bad` (with its checksum), out of every glob,
   and one line names it; the caller then treats its rows as missing and recomputes them.
 """
@@ -188,6 +189,26 @@ def quarantine(path: str | Path, why: str) -> Path:
 def folder_lock(folder: str | Path, name: str = LOCK_NAME) -> contextlib.AbstractContextManager[None]:
     """`locked` on `<folder>/<name>`."""
     return locked(Path(folder) / name)
+
+
+def claim_json(path: str | Path, record: dict[str, Any]) -> dict[str, Any] | None:
+    """Write `record` to `path` only if no file is there (an atomic create-if-absent, also over NFS: of several
+    writers exactly one wins). Returns None when this call wrote it, else the record already there ({} when it
+    cannot be read)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+    try:
+        os.link(tmp, path)
+        return None
+    except FileExistsError:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 VERIFIED = ".verified.json"  # file (relative to its folder) -> [size, mtime_ns, digest, extra] as last checked

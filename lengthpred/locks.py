@@ -8,6 +8,9 @@ breaks it only when its holder is gone for sure: a dead pid on this host, or (an
 `LEASE` seconds. The lease is also how long a temp file of another host is left alone
 (`lengthpred.integrity.sweep_stale_temps`).
 
+`claim(folder, name)`: a folder claimed by creating `name` in it exclusively (the first claimer wins, also over
+NFS); a run folder is claimed this way (`lengthpred.cli.claim_run_dir`).
+
 `host_tag()`: this host's name as it appears in temp and lock names (letters, digits and dashes).
 """
 
@@ -39,6 +42,25 @@ HELD_SUFFIX = ".held"
 def host_tag() -> str:
     """This host's name, reduced to letters, digits and dashes (it sits between dots in file names)."""
     return re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname()).strip("-") or "host"
+
+
+def claim(folder: str | Path, name: str) -> str | None:
+    """Create `folder` (if needed) and `<folder>/<name>` exclusively, naming this host and process. None when this
+    process holds the claim (now or from before), else the holder's `host pid` ("?" unreadable)."""
+    me = f"{host_tag()} {os.getpid()}"
+    path = Path(folder) / name
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        try:
+            holder = path.read_text().strip()
+        except OSError:
+            holder = "?"
+        return None if holder == me else holder
+    with os.fdopen(fd, "w") as f:
+        f.write(me + "\n")
+    return None
 
 
 def alive(pid: int) -> bool:

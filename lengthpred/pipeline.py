@@ -38,9 +38,10 @@ from lengthpred.artefacts import SCHED_GAINS, SCHED_RESULTS
 from lengthpred.errors import LengthpredError
 from lengthpred.eval.inputs import read_sched
 from lengthpred.integrity import atomic_write_text, file_digest, folder_lock, tree_digest
-from lengthpred.paths import HOME_ENV, REPO_ROOT, default_datasets_root, home
+from lengthpred.paths import CONF_DIR, HOME_ENV, REPO_ROOT, default_datasets_root, home
 from lengthpred.sched.sweep.summary import short_t5
 from lengthpred.stagegraph import SourceCache, StageDeps, config_nodes, digest, key_parts, why_changed
+from lengthpred.stages.commands import STAGES
 from lengthpred.stages.locations import experiment_dir, stray_outputs
 from lengthpred.stages.outputs import OUTPUTS, read_outputs
 from lengthpred.stages.resume import STARTED
@@ -274,22 +275,46 @@ def run_stages(stages: list[Stage], out_root: Path, nodes: dict[str, Any], files
     return ran
 
 
+def run_demo(cfg: DictConfig, out: str | Path) -> Path:
+    """The pipeline as a stage (`scripts/demo.py`, `lengthpred demo`): every stage with this run's overrides.
+    Returns the experiment folder."""
+    from hydra.core.hydra_config import HydraConfig
+
+    run_pipeline(cfg, list(HydraConfig.get().overrides.task))
+    return experiment_dir(cfg)
+
+
+def stage_entry(script: str) -> tuple[list[str], Path]:
+    """(the command that runs a stage, the file its cache key hashes as its script): `scripts/<script>` in a
+    checkout; in an installed package, which has no scripts, `python -m lengthpred <stage>` and the stage's module."""
+    path = REPO_ROOT / "scripts" / script
+    if path.is_file():
+        return [sys.executable, str(path)], path
+    import importlib.util
+
+    name = Path(script).stem
+    module = STAGES[name].split(":")[0]
+    return [sys.executable, "-m", "lengthpred", name], Path(importlib.util.find_spec(module).origin)
+
+
 def _run_stages(cfg: DictConfig, overrides: list[str], exp_dir: Path) -> None:
     user = [o for o in overrides if not o.startswith("pipeline.")]
     stages = []
     for name, (script, *args) in stage_commands(cfg):
         where = f"hydra.sweep.dir={exp_dir / name}" if "-m" in args else f"hydra.run.dir={exp_dir / name}"
-        cmd = [sys.executable, str(REPO_ROOT / "scripts" / script), *args, *user, where]
+        entry, key_file = stage_entry(script)
+        cmd = [*entry, *args, *user, where]
 
         def run(_out, cmd=cmd, name=name):
-            # the stages run in the checkout but write where this process does (lengthpred.paths.home)
-            r = subprocess.run(cmd, cwd=REPO_ROOT, env=os.environ | {HOME_ENV: str(home())})
+            # the stages run in the checkout (if any) but write where this process does (lengthpred.paths.home)
+            cwd = REPO_ROOT if (REPO_ROOT / "scripts").is_dir() else home()
+            r = subprocess.run(cmd, cwd=cwd, env=os.environ | {HOME_ENV: str(home())})
             if r.returncode != 0:
                 raise LengthpredError(f"stage {name} failed (exit {r.returncode}): {' '.join(cmd[1:])}")
 
-        stages.append(Stage(name, REPO_ROOT / "scripts" / script, args, run))
+        stages.append(Stage(name, key_file, args, run))
     # the composed config holds the user's overrides: each stage's nodes carry those it reads
     files = {"reference": _reference_digest(cfg), "stray": _stray_digest(exp_dir, [s.name for s in stages])}
-    run_stages(stages, exp_dir, config_nodes(cfg), files,
+    run_stages(stages, exp_dir, config_nodes(cfg), files, conf_dir=CONF_DIR,
                force=bool(cfg.pipeline.force), skip=set(cfg.pipeline.skip or []),
                dry_run=bool(cfg.pipeline.get("dry_run", False)))

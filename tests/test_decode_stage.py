@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lengthpred.integrity import write_checksum
 from tests.conftest import compose_cfg
 
 pytestmark = [pytest.mark.datasets, pytest.mark.usefixtures("one_torch_thread")]
@@ -24,6 +25,8 @@ def fake_generations(root, ids, seed=0):
         rows.append(dict(id=pid, sample=0, length=n, finish_reason="length" if n > 35 else "stop",
                          token_ids=rng.integers(100, 1000, n).tolist()))
     datasets.Dataset.from_list(rows).save_to_disk(str(root / "merged"))
+    for f in (root / "merged").iterdir():  # as a merge writes them: digests beside every file
+        write_checksum(f)
     (root / "manifest.json").write_text(json.dumps({"max_context": 1024, "settings": {"max_new_tokens": 64}}))
 
 

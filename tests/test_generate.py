@@ -14,6 +14,7 @@ from lengthpred.generate import GenerationSettings, load_generations, store
 from lengthpred.generate.backends import BACKENDS, Sample, split_answer
 from lengthpred.generate.checks import retokenised_agreement
 from lengthpred.generate.runner import run_generation
+from lengthpred.integrity import write_checksum
 
 CAP = 12
 
@@ -126,7 +127,9 @@ def test_shards_merge_only_when_all_are_done(tmp_path, tiny_model, tokenizer):
 def test_merge_refuses_duplicates(tmp_path, tiny_model, tokenizer):
     _run(tmp_path, tiny_model, tokenizer)
     part = store.part_files(tmp_path)[0]
-    pq.write_table(pq.read_table(part), part.with_name("part-77777-copy0000.parquet"))
+    copy = part.with_name("part-77777-copy0000.parquet")
+    pq.write_table(pq.read_table(part), copy)
+    write_checksum(copy)  # an intact part (one without its digest is not trusted at all)
     with pytest.raises(Exception, match="duplicate"):
         store.merge(tmp_path, _prompts()["id"], 2)
 

@@ -51,7 +51,8 @@ def test_a_used_run_folder_is_refused_before_hydra_overwrites_its_provenance(tmp
         cfg = compose(config_name="config", return_hydra_config=True,
                       overrides=["logger=disabled", f"hydra.run.dir={tmp_path / 'run'}",
                                  f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    assert [c._target_ for c in cfg.hydra.callbacks.values()] == ["lengthpred.cli.RunDirGuard"]
+    assert [c._target_ for c in cfg.hydra.callbacks.values()] == ["lengthpred.cli.RunDirGuard",
+                                                                   "lengthpred.shard_merge.MergeShards"]
     RunDirGuard().on_run_start(cfg)  # a folder that does not exist yet: fine
     (tmp_path / "run" / ".hydra").mkdir(parents=True)
     (tmp_path / "run" / ".hydra" / "config.yaml").write_text("head: {name: constant}\n")

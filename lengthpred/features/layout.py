@@ -14,13 +14,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from lengthpred.errors import ConfigError
-from lengthpred.integrity import quarantine, temp_path
+from lengthpred.integrity import claim_json, quarantine
 
 log = logging.getLogger(__name__)
 LAYOUT = "layout.json"
@@ -53,20 +52,8 @@ def _differs(have: Mapping[str, Any], want: Mapping[str, Any]) -> str | None:
 def claim(root: Path, want: Mapping[str, Any]) -> None:
     """Record `want` (shards, model, source, layers) as this store's writer, or check it against the record; a
     different writer is a ConfigError naming the repair command."""
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    target = root / LAYOUT
-    tmp = temp_path(target)
-    tmp.write_text(json.dumps(dict(want), indent=1, sort_keys=True))
-    try:
-        os.link(tmp, target)  # atomic create-if-absent, also over NFS: exactly one writer's record wins
-        return
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
-    have = read_layout(root)
-    why = None if have is None else _differs(have, want)
+    have = claim_json(Path(root) / LAYOUT, dict(want))
+    why = None if not have else _differs(have, want)
     if why is not None:
         raise ConfigError(f"feature store {root} {why}; or, to change it, `{repair_command(root)}` then rerun")
 

@@ -135,12 +135,13 @@ def run_generation(
     if old is None or old.get("settings") != meta["settings"]:
         store.write_json_atomic(root / "manifest.json", {**(old or {}), **meta})
     sdir = store.shard_dir(root, shard)
+    store.claim_layout(root, shard[1])  # another shard count at once would generate prompts twice
     # one writer per shard folder: a second run of the same shard waits, then skips every part written
     with folder_lock(sdir):
         store.write_json_atomic(sdir / "rejected.json", enc.rejected)
         for stale in sdir.glob("*.tmp"):
             stale.unlink()  # a part interrupted mid-write (the lock: no other writer is mid-write here)
-        done = store.done_ids(sdir) | set(skip or ())
+        done = store.done_ids(root) | set(skip or ())  # any shard's: a resumed layout never repeats a prompt
         todo = [[i for i in c if i not in done] for c in _chunks(enc.ids, settings.batch_size)]
         todo = [c for c in todo if c]
         n_answers = sum(len(c) for c in todo) * settings.num_samples

@@ -3,10 +3,13 @@
     data/generations/<model>/<data.name>/<settings-hash>/
         manifest.json                 settings, model, data name, counts (after merge)
         shard-<i>-of-<n>/part-<k>-<h>.parquet   one row per (id, sample), written tmp → rename
-        shard-<i>-of-<n>/part-<k>-<h>.parquet.sha256   its checksum: a part that fails it (or cannot be
-                                      read) is moved aside as `.bad` and its prompts are generated again
+        shard-<i>-of-<n>/part-<k>-<h>.parquet.sha256   its checksum, checked once (`.verified.json`): a part
+                                      that fails it, has none, or cannot be read is moved aside as `.bad` and its
+                                      prompts are generated again
         shard-<i>-of-<n>/rejected.json          {id: reason} prompts not generated (empty, too long)
-        merged/                       HF datasets folder: every part, checked for duplicates and gaps
+        layout.json                   the shard count that writes it (the first writer's; another is refused)
+        merged/                       HF datasets folder: every part, checked for duplicates and gaps; each file
+                                      with its `.sha256`, checked (once) by `load_generations`
 """
 
 from __future__ import annotations
@@ -24,15 +27,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lengthpred.errors import DataError
+from lengthpred.errors import ConfigError, DataError
 from lengthpred.integrity import (
+    VerifiedFiles,
     atomic_write_text,
+    claim_json,
     folder_lock,
     publish,
     quarantine,
     sweep_stale_temps,
     temp_path,
-    verify,
+    write_checksum,
 )
 
 log = logging.getLogger(__name__)
@@ -68,19 +73,57 @@ def write_part(path: Path, rows: list[dict]) -> None:
 
 
 def _intact(files: list[Path]) -> list[tuple[Path, pa.Table]]:
-    """(file, table) of each part that passes its checksum and reads; one that fails is moved aside (one
-    line naming it) and its prompts count as not generated."""
+    """(file, table) of each part that passes its checksum (hashed once per file: `VerifiedFiles` of its run
+    folder) and reads; one that fails, or has no checksum, is moved aside (one line naming it) and its prompts
+    count as not generated."""
     out = []
+    checked: dict[Path, VerifiedFiles] = {}
     for f in files:
-        why = "checksum mismatch (the file changed after it was written)" if verify(f) is False else None
+        root = f.parent.parent  # <run>/shard-i-of-n/part-*.parquet
+        verified = checked.setdefault(root, VerifiedFiles(root))
+        why = verified.check(f)
         if why is None:
             try:
                 out.append((f, pq.read_table(f, schema=SCHEMA)))
                 continue
             except (OSError, pa.ArrowException) as e:
                 why = f"unreadable ({e.__class__.__name__})"
+        verified.forget(f)
         quarantine(f, why)
+    for verified in checked.values():
+        verified.save()
     return out
+
+
+LAYOUT = "layout.json"
+
+
+def claim_layout(root: Path, n_shards: int) -> None:
+    """Record the shard count that writes this run folder, or refuse another one (two layouts at once would
+    generate some prompts twice and the merge would refuse duplicates)."""
+    have = claim_json(Path(root) / LAYOUT, {"shards": n_shards})
+    if have and have.get("shards") != n_shards:
+        n = have.get("shards")
+        raise ConfigError(f"generations at {root} were started in {n} shard(s) (shard=i/{n}) and this run asks "
+                          f"shard=?/{n_shards}: run the remaining shards with shard=i/{n}, or, to change it, "
+                          f"`lengthpred store repair {root}` then rerun")
+
+
+def repair(root: Path) -> tuple[int, int]:
+    """Keep one part per prompt (the first by name), move aside parts that repeat a prompt, drop the layout
+    record. Returns (parts kept, parts moved aside)."""
+    seen: set[str] = set()
+    kept = moved = 0
+    for f, table in sorted(_intact(part_files(root)), key=lambda ft: ft[0].name):
+        ids = set(table.column("id").to_pylist())
+        if seen & ids:
+            quarantine(f, "repeats prompts another part holds (two shard layouts wrote this folder)")
+            moved += 1
+            continue
+        seen |= ids
+        kept += 1
+    (Path(root) / LAYOUT).unlink(missing_ok=True)
+    return kept, moved
 
 
 def part_files(root: Path) -> list[Path]:
@@ -150,6 +193,8 @@ def _merge(datasets: Any, root: Path, expected_ids: Iterable[str], num_samples: 
     ds = datasets.Dataset(table)
     tmp = temp_path(root / "merged")
     ds.save_to_disk(str(tmp))
+    for f in sorted(tmp.iterdir()):  # digests like every other part: an edit there no longer reaches the targets
+        write_checksum(f)
     shutil.rmtree(root / "merged", ignore_errors=True)
     os.replace(tmp, root / "merged")
     manifest = read_json(root / "manifest.json", {})
@@ -167,10 +212,49 @@ def _merge(datasets: Any, root: Path, expected_ids: Iterable[str], num_samples: 
 
 def load_generations(root: str | Path):
     """The merged generations (HF Dataset: id, sample, length, finish_reason, text, prompt_tokens,
-    truncated, token_ids) of a run folder (`lengthpred.stages.locations.generations_dir` of a config)."""
+    truncated, token_ids) of a run folder (`lengthpred.stages.locations.generations_dir` of a config), each file
+    checked against its digest (once: `VerifiedFiles`); a merge made before digests is checked against its parts
+    once and then given them."""
     import datasets
 
-    merged = Path(root) / "merged"
+    root = Path(root)
+    merged = root / "merged"
     if not merged.is_dir():
         raise DataError(f"no merged generations at {merged}; run scripts/generate.py (all shards) first")
+    _verify_merged(root)
     return datasets.load_from_disk(str(merged))
+
+
+def _verify_merged(root: Path) -> None:
+    merged = root / "merged"
+    files = sorted(p for p in merged.iterdir() if p.is_file() and not p.name.endswith(".sha256"))
+    verified = VerifiedFiles(root)
+    if not any(p.with_name(p.name + ".sha256").is_file() for p in files):
+        _digest_legacy_merge(root, files)
+    for f in files:
+        why = verified.check(f)
+        if why is not None:
+            verified.save()
+            raise DataError(f"merged generations {f}: {why}; remove {merged} and rerun scripts/generate.py with the "
+                            "same overrides (it merges again from the parts)")
+    verified.save()
+
+
+def _digest_legacy_merge(root: Path, files: list[Path]) -> None:
+    """A merge written before digests: trusted only if it equals a merge of the parts now, then given digests."""
+    import datasets
+
+    try:
+        have = datasets.load_from_disk(str(root / "merged")).data.table.select(list(COLUMNS)).combine_chunks()
+        parts = read_parts(root)
+        parts = parts.filter(pc.is_in(parts.column("id"), value_set=have.column("id").unique()))
+        parts = parts.sort_by([("id", "ascending"), ("sample", "ascending")]).select(list(COLUMNS)).combine_chunks()
+        same = have.equals(parts)
+    except (DataError, KeyError, OSError, pa.ArrowException):  # no parts to compare with, or another layout
+        same = False
+    if not same:
+        raise DataError(f"merged generations {root / 'merged'} carry no digests and do not match parts here: remove "
+                        f"it and rerun scripts/generate.py with the same overrides (it merges again from its parts)")
+    for f in files:
+        write_checksum(f)
+    log.info("%s: a merge from before digests matches its parts; digests written", root / "merged")

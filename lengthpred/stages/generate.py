@@ -6,11 +6,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from omegaconf import open_dict
+
 from lengthpred.data import load_prompts
+from lengthpred.errors import ConfigError
 from lengthpred.generate import reference_parts, store
 from lengthpred.generate.backends import make_backend
-from lengthpred.generate.runner import RunSummary, run_generation
+from lengthpred.generate.runner import RunSummary, run_generation, try_merge
 from lengthpred.generate.settings import GenerationSettings
+from lengthpred.stages.distributed import launcher_shard, process_group, world
 from lengthpred.stages.locations import generations_dir, reference_path
 from lengthpred.stages.model import model_device, model_spec
 from lengthpred.stages.outputs import declare_outputs
@@ -66,8 +70,23 @@ def merge_committed_parts(cfg: Any, prompts: Any, settings: GenerationSettings, 
 def run_generate(cfg: Any, out: str | Path) -> Path:
     """The generate stage (`out`: its run folder; the generations it writes under data/ are declared in the config's run folder, `paths.output_dir`, which is `out` when a script calls it): this shard's
     answers, merged once every shard is done, the reference trace exported when asked; prints what it did.
-    Returns the generations folder."""
-    s = generate_from_cfg(cfg)
+    Returns the generations folder. Under torchrun each process generates its shard (RANK/WORLD_SIZE) on its own
+    GPU, and rank 0 merges once every rank is past the barrier."""
+    device = model_device(cfg)  # a bad device (or LOCAL_RANK) fails before any work
+    with open_dict(cfg):
+        cfg.shard = launcher_shard(cfg)
+    settings = GenerationSettings.from_cfg(cfg.generate)
+    if world()[1] > 1 and settings.backend == "vllm":
+        raise ConfigError("generate.backend=vllm under torchrun: vLLM runs its own workers; run one shard per GPU as "
+                          "separate jobs (`lengthpred generate --shards N hydra/launcher=slurm`), or give vLLM the "
+                          "GPUs itself (+generate.engine_args.tensor_parallel_size=N)")
+    with process_group(device) as group:
+        s = generate_from_cfg(cfg)
+        group.barrier()  # every rank's shard is written
+        if not group.is_main:
+            return Path(s.root)
+        if not s.merged and group.size > 1:
+            s.merged = try_merge(load_prompts(cfg.data), Path(s.root), settings, group.size)
     print(
         f"generate: {s.n_prompts} prompts in shard {cfg.shard}, {s.n_generated} generated now "
         f"({s.new_tokens} tokens, {s.tokens_per_s:.1f} tok/s), {s.n_rejected} rejected, "

@@ -1,0 +1,5 @@
+"""`python -m lengthpred ...`: the `lengthpred` command (lengthpred.command)."""
+
+from lengthpred.command import main
+
+main()
