@@ -96,7 +96,7 @@ def build(root: Path, check: bool = False, log=print, produce: bool = True) -> i
     differ = [k for k, v in compare.items() if not (root / k).is_file() or (root / k).read_text(encoding="utf-8") != v]
     if check:
         for k in differ:
-            log(f"docs: {k} differs from what `make docs` renders")
+            log(f"docs: {k} differs from what `make docs` renders (run make docs and commit the result)")
         for k in stale:
             log(f"docs: {k} is a generated page no generator writes any more")
         return 1 if differ or stale else 0
