@@ -40,7 +40,7 @@ from lengthpred.integrity import (
     tree_digest,
 )
 from lengthpred.models import serving_tokenizer
-from lengthpred.paths import resolve
+from lengthpred.paths import CONF_DIR, resolve
 from lengthpred.prompting import encode_prompt
 
 log = logging.getLogger("lengthpred.data")
@@ -250,13 +250,24 @@ def _prepare(data_cfg: Mapping[str, Any], out: Path, reference: Path | None, for
     return out
 
 
+def data_selector(data_cfg: Mapping[str, Any]) -> str:
+    """The overrides that select this data config: `data=<name>` for a config of conf/data, else (a trace named by
+    `data.name`) `data=trace data.name=<name>`."""
+    name = str(data_cfg["name"])
+    if (CONF_DIR / "data" / f"{name}.yaml").is_file():
+        return f"data={name}"
+    return f"data=trace data.name={name}"
+
+
 def _check_built(data_cfg: Mapping[str, Any], out: Path, part: str) -> Path:
     """`out/part` when it exists, is what the stamp says was written, and was built from this config and the
     current contents of its input files; else a DataError naming the file and the fix."""
     p = out / part
-    rerun = f"rerun `python scripts/prepare_data.py data={data_cfg['name']}` with the same overrides (it rebuilds)"
+    select = data_selector(data_cfg)
+    rerun = f"rerun `python scripts/prepare_data.py {select}` with the same overrides (it rebuilds)"
     if not p.exists():
-        raise DataError(f"{p} not found: run `python scripts/prepare_data.py data={data_cfg['name']}` first")
+        raise DataError(f"{p} not found: run `python scripts/prepare_data.py {select}` (with this run's data "
+                        "overrides) first")
     stamp = _read_stamp(out)
     if stamp is None:
         if data_cfg.get("kind") == "trace":  # its files may have changed since: nothing to compare them with

@@ -84,12 +84,22 @@ def parse_messages(value: Any, where: str, name: str, log: BadInputLog) -> list[
     if not any(m["content"].strip() for m in msgs if m["role"] == "user"):
         log.bad("empty prompt", where, f"field {name!r} has no user text")
         return None
+    for m in msgs:
+        try:
+            m["content"].encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate (JSON "\ud800"): no tokenizer or file can hold it
+            log.bad("malformed field", where, f"field {name!r} holds {m['content'][e.start]!r} at character {e.start}, "
+                    "a lone surrogate that is not Unicode text")
+            return None
     return msgs
 
 
+MAX_LENGTH = 2**31 - 1  # tokens: what every store's int32 holds (a real answer is millions of times shorter)
+
+
 def parse_lengths(value: Any, where: str, name: str, log: BadInputLog) -> list[int] | None:
-    """An int, a list of ints, or a string of either (CSV) → list[int] ≥ 0; booleans and non-finite numbers
-    are bad input (file:line and field)."""
+    """An int, a list of ints, or a string of either (CSV) → list[int] in [0, MAX_LENGTH]; booleans and
+    non-finite numbers are bad input (file:line and field)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -109,6 +119,9 @@ def parse_lengths(value: Any, where: str, name: str, log: BadInputLog) -> list[i
             raise ValueError
     except (TypeError, ValueError, OverflowError):
         log.bad("malformed field", where, f"field {name!r}={str(value)[:40]} is not a non-negative int or list")
+        return None
+    if any(v > MAX_LENGTH for v in out):
+        log.bad("malformed field", where, f"field {name!r}={str(value)[:40]} is out of range (0..{MAX_LENGTH} tokens)")
         return None
     return out
 

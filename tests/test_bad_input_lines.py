@@ -1,0 +1,50 @@
+"""Bad inputs of issue 60, each one line before any work: a lone-surrogate prompt, a length past what a store
+holds, and the recovery hint for a trace set (which `data=<name>` alone would not select)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lengthpred.errors import DataError
+from tests.conftest import compose_cfg
+
+
+def trace_cfg(tmp_path, rows, *extra):
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return compose_cfg(["data=trace", "data.name=mylog", f"data.train_path={tmp_path / 't.jsonl'}",
+                        f"paths.data_dir={tmp_path / 'data'}", *extra], tmp_path)
+
+
+def rows(n=20):
+    return [{"prompt": f"q {i}", "length": 10 + i} for i in range(n)]
+
+
+def test_a_lone_surrogate_prompt_is_one_line_naming_the_row(tmp_path):
+    from lengthpred.stages.data import prepare
+
+    bad = rows()
+    bad[3]["prompt"] = "\ud800 hello"
+    with pytest.raises(DataError, match=r"t.jsonl:4: malformed field: field 'prompt' holds '\\ud800'.*lone surrogate"):
+        prepare(trace_cfg(tmp_path, bad))
+    out = prepare(trace_cfg(tmp_path, bad, "data.on_bad_input=skip"))
+    assert json.loads((out / "splits.json").read_text())["meta"]["bad_input_skipped"] == {"malformed field": 1}
+
+
+def test_a_length_past_int32_is_one_line(tmp_path):
+    from lengthpred.stages.data import prepare
+
+    bad = rows()
+    bad[4]["length"] = 2**64
+    with pytest.raises(DataError, match=r"t.jsonl:5: malformed field: field 'length'=18446744073709551616 is out of range"):
+        prepare(trace_cfg(tmp_path, bad))
+
+
+def test_the_hint_for_a_trace_set_selects_it(tmp_path):
+    from lengthpred.data import load_prompts
+
+    with pytest.raises(DataError, match=r"run `python scripts/prepare_data.py data=trace data.name=mylog`"):
+        load_prompts(trace_cfg(tmp_path, rows()).data)
+    with pytest.raises(DataError, match=r"prepare_data.py data=demo`"):
+        load_prompts(compose_cfg(["data=demo", f"data.out_dir={tmp_path / 'nowhere'}"]).data)
