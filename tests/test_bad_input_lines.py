@@ -48,3 +48,14 @@ def test_the_hint_for_a_trace_set_selects_it(tmp_path):
         load_prompts(trace_cfg(tmp_path, rows()).data)
     with pytest.raises(DataError, match=r"prepare_data.py data=demo`"):
         load_prompts(compose_cfg(["data=demo", f"data.out_dir={tmp_path / 'nowhere'}"]).data)
+
+
+def test_more_shards_than_prompts_is_one_line():
+    from lengthpred.errors import ConfigError
+    from lengthpred.stages.shards import check_shard_fits
+
+    assert check_shard_fits("1/3", 3) == (1, 3)
+    with pytest.raises(ConfigError, match=r"shard=0/8: 8 shards for 5 prompts; use at most 5"):
+        check_shard_fits("0/8", 5)
+    with pytest.raises(ConfigError, match="need 0 <= i < n"):
+        check_shard_fits("3/2", 5)

@@ -28,7 +28,7 @@ from lengthpred.stages.distributed import launcher_shard, process_group
 from lengthpred.stages.locations import data_dir
 from lengthpred.stages.model import load_model, model_device, model_dtype
 from lengthpred.stages.outputs import declare_outputs
-from lengthpred.stages.shards import parse_shard
+from lengthpred.stages.shards import check_shard_fits, parse_shard
 
 log = logging.getLogger(__name__)
 _SAID: set[str] = set()  # the trim line, once per process
@@ -186,6 +186,7 @@ def run_extract(cfg: DictConfig, out: str | Path) -> Path:
     with open_dict(cfg):
         cfg.shard = launcher_shard(cfg)
     prompts = load_prompts(cfg.data)
+    check_shard_fits(cfg.shard, len(prompts))
     root = feature_dir(cfg, prompts)
     try:  # a read-only data folder: one line before the model loads
         root.mkdir(parents=True, exist_ok=True)

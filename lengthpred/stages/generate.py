@@ -18,7 +18,7 @@ from lengthpred.stages.distributed import launcher_shard, process_group, world
 from lengthpred.stages.locations import generations_dir, reference_path
 from lengthpred.stages.model import model_device, model_spec
 from lengthpred.stages.outputs import declare_outputs
-from lengthpred.stages.shards import parse_shard
+from lengthpred.stages.shards import check_shard_fits, parse_shard
 from lengthpred.stages.targets import export_reference
 
 log = logging.getLogger(__name__)
@@ -76,17 +76,19 @@ def run_generate(cfg: Any, out: str | Path) -> Path:
     with open_dict(cfg):
         cfg.shard = launcher_shard(cfg)
     settings = GenerationSettings.from_cfg(cfg.generate)
+    prompts = load_prompts(cfg.data)
+    check_shard_fits(cfg.shard, min(len(prompts), settings.limit or len(prompts)))
     if world()[1] > 1 and settings.backend == "vllm":
         raise ConfigError("generate.backend=vllm under torchrun: vLLM runs its own workers; run one shard per GPU as "
                           "separate jobs (`lengthpred generate --shards N hydra/launcher=slurm`), or give vLLM the "
                           "GPUs itself (+generate.engine_args.tensor_parallel_size=N)")
     with process_group(device) as group:
-        s = generate_from_cfg(cfg)
+        s = generate_from_cfg(cfg, prompts)
         group.barrier()  # every rank's shard is written
         if not group.is_main:
             return Path(s.root)
         if not s.merged and group.size > 1:
-            s.merged = try_merge(load_prompts(cfg.data), Path(s.root), settings, group.size)
+            s.merged = try_merge(prompts, Path(s.root), settings, group.size)
     print(
         f"generate: {s.n_prompts} prompts in shard {cfg.shard}, {s.n_generated} generated now "
         f"({s.new_tokens} tokens, {s.tokens_per_s:.1f} tok/s), {s.n_rejected} rejected, "

@@ -17,3 +17,12 @@ def parse_shard(shard: str | None) -> tuple[int, int]:
     if n < 1 or not 0 <= i < n:
         raise ConfigError(f"shard={shard!r}: need 0 <= i < n")
     return i, n
+
+
+def check_shard_fits(shard: str | None, n_items: int, what: str = "prompts") -> tuple[int, int]:
+    """`parse_shard`, and a shard count past the number of items (a shard with nothing to do, which a launcher
+    would still schedule) refused in one line before any work."""
+    i, n = parse_shard(shard)
+    if n > n_items:
+        raise ConfigError(f"shard={shard}: {n} shards for {n_items} {what}; use at most {n_items} (shard=i/{n_items})")
+    return i, n
