@@ -129,6 +129,6 @@ def run_sweep_attention(cfg: Any, out: str | Path) -> Path:
     """The attention-forms sweep (scripts/sweep_attention.py): `sweep_attention` into `out`, logged and printed."""
     with tracked(cfg, "sweep_attention") as tracker:
         df, diffs, choice = sweep_attention(cfg, out)
-        tracker.log_table("poolings", list(df.columns), df.astype(str).values.tolist())
+        tracker.log_frame("poolings", df)
     print((Path(out) / "attention.md").read_text())
     return Path(out)

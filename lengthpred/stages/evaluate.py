@@ -48,8 +48,7 @@ def run_evaluate(cfg: DictConfig, out: str | Path) -> Path:
             **settings.scoring(),
         )
         path = write_results(results, resolve(e.results_file))
-        shown = results.drop(columns=["source"], errors="ignore").astype(str)
-        tracker.log_table("results", list(shown.columns), shown.values.tolist())
+        tracker.log_frame("results", results.drop(columns=["source"], errors="ignore"))
         tracker.summary(headline(results))
     heads, splits = results["head"].nunique(), results["split"].nunique()
     print(f"evaluate: {len(results)} rows ({heads} heads x {splits} splits) -> {path}")

@@ -29,6 +29,7 @@ from lengthpred.stages.locations import data_dir
 from lengthpred.stages.model import load_model, model_device, model_dtype
 from lengthpred.stages.outputs import declare_outputs
 from lengthpred.stages.shards import check_shard_fits, parse_shard
+from lengthpred.stages.tracking import tracked
 
 log = logging.getLogger(__name__)
 _SAID: set[str] = set()  # the trim line, once per process
@@ -209,6 +210,9 @@ def _report(cfg: DictConfig, root: Path, world: int) -> Path:
         fs = load_features(root)  # checks: no duplicates, no gaps
         if cfg.features.get("compact", False):
             print(f"compacted: {compact_store(root)}")
+        with tracked(cfg, "extract") as tracker:  # the store by reference: its path and digest, nothing uploaded
+            tracker.log_reference(f"features-{cfg.model.name}-{root.name}", "feature-store", root,
+                                  {"model": str(cfg.model.name), "prompts": len(fs), "columns": len(fs.names)})
         print(f"{root}  ({len(fs)} prompts, {len(fs.names)} columns, {len(fs.skipped)} skipped)")
     else:
         print(f"{root}  (shard {i}/{n} done; load_features checks completeness once all shards ran)")

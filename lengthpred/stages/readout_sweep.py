@@ -109,7 +109,7 @@ def run_sweep_layers(cfg: Any, out: str | Path) -> Path:
     choice printed. Returns the folder."""
     with tracked(cfg, "sweep_layers") as tracker:
         df, choice = sweep_layers(cfg, out)
-        tracker.log_table("layers", list(df.columns), df.astype(str).values.tolist())
+        tracker.log_frame("layers", df)
     print(layer_choice.render_choice(choice, str(cfg.model.name), str(cfg.data.name)))
     return Path(out)
 
@@ -119,6 +119,6 @@ def run_sweep_poolings(cfg: Any, out: str | Path) -> Path:
     Returns the folder."""
     with tracked(cfg, "sweep_poolings") as tracker:
         df, diffs = sweep_poolings(cfg, out)
-        tracker.log_table("poolings", list(df.columns), df.astype(str).values.tolist())
+        tracker.log_frame("poolings", df)
     print(render_poolings(df, diffs, cfg, pooling_layer(cfg.sweep)))
     return Path(out)

@@ -63,6 +63,6 @@ def run_sweep_features(cfg: Any, out: str | Path) -> Path:
     Returns the folder."""
     with tracked(cfg, "sweep") as tracker:
         df = sweep_features(cfg, out)
-        tracker.log_table("sweep", list(df.columns), df.astype(str).values.tolist())
+        tracker.log_frame("sweep", df)
     print(render(df, cfg))
     return Path(out)

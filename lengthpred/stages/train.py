@@ -201,6 +201,8 @@ def run_train(cfg: DictConfig, out: str | Path) -> Path:
         return Path(out)
     with tracked(cfg, "train") as tracker:
         m = train_from_config(cfg, out, tracker=tracker)
+        tracker.log_reference(f"predictions-{m['head']}", "predictions", Path(out) / PREDICTIONS,
+                              {"head": m["head"], "experiment": str(cfg.experiment_name)})
     mark_finished(out, cfg)
     print(
         f"{m['head']}: spearman {m['spearman']}, kendall {m['kendall']}, mae {m['mae']} "
