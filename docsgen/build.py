@@ -77,8 +77,9 @@ def render_pages(root: Path, overlay: dict[str, str], only: Iterable[str] | None
 def stale_generated(root: Path, written: set[str]) -> list[str]:
     """Pages in the tree that carry the generated marker but that no generator writes any more."""
     cands = [root / "README.md", *(root / "docs").rglob("*.md")]
+    derived = {k for k, pg in PAGES.items() if not pg.committed}
     return sorted(str(f.relative_to(root)) for f in cands if f.is_file() and str(f.relative_to(root)) not in written
-                  and f.read_text(encoding="utf-8").startswith(MARKER))
+                  and str(f.relative_to(root)) not in derived and f.read_text(encoding="utf-8").startswith(MARKER))
 
 
 def build(root: Path, check: bool = False, log=print, produce: bool = True) -> int:
@@ -92,7 +93,11 @@ def build(root: Path, check: bool = False, log=print, produce: bool = True) -> i
         log(f"docs: {e}")
         return 2
     stale = stale_generated(root, set(files))
-    compare = {k: v for k, v in files.items() if k != KEYS}  # a key alone moving (same output) is no drift
+    derived = {k for k, pg in PAGES.items() if not pg.committed}
+    for k in derived & set(files):  # built, not committed: written in either mode, for the site build after
+        _write(root / k, files[k])
+    # a key alone moving (same output) is no drift
+    compare = {k: v for k, v in files.items() if k != KEYS and k not in derived}
     differ = [k for k, v in compare.items() if not (root / k).is_file() or (root / k).read_text(encoding="utf-8") != v]
     if check:
         for k in differ:
@@ -101,15 +106,18 @@ def build(root: Path, check: bool = False, log=print, produce: bool = True) -> i
             log(f"docs: {k} is a generated page no generator writes any more")
         return 1 if differ or stale else 0
     for k, v in files.items():
-        f = root / k
-        f.parent.mkdir(parents=True, exist_ok=True)
-        if not f.is_file() or f.read_text(encoding="utf-8") != v:
-            f.write_text(v, encoding="utf-8")
+        _write(root / k, v)
     for k in stale:
         (root / k).unlink()
     log(f"docs: {len(files)} files rendered, {len(differ)} changed, {len(stale)} stale removed"
         + (f"; produced {', '.join(produced.produced)}" if produced.produced else ""))
     return 0
+
+
+def _write(f: Path, text: str) -> None:
+    f.parent.mkdir(parents=True, exist_ok=True)
+    if not f.is_file() or f.read_text(encoding="utf-8") != text:
+        f.write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str]) -> int:

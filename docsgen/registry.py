@@ -24,6 +24,9 @@ class Page:
     out: str  # repo-relative path of the file written
     render: Callable[[Results], str]
     source: str  # what to edit instead of the page
+    # False for pages derived from code and config alone (the API and configuration reference): always written,
+    # never compared, not committed (.gitignore), so a docstring or config comment never fails docs-check
+    committed: bool = True
 
 
 @dataclass(frozen=True)
@@ -44,9 +47,10 @@ PRODUCERS: dict[str, Producer] = {}
 HELPERS: dict[str, Callable] = {}  # template globals; each takes the page's Results first
 
 
-def page(out: str, source: str | None = None) -> Callable[[Callable[[Results], str]], Callable[[Results], str]]:
+def page(out: str, source: str | None = None, committed: bool = True
+         ) -> Callable[[Callable[[Results], str]], Callable[[Results], str]]:
     def deco(fn: Callable[[Results], str]) -> Callable[[Results], str]:
-        _add(Page(out, fn, source or f"{fn.__module__}.{fn.__name__}"))
+        _add(Page(out, fn, source or f"{fn.__module__}.{fn.__name__}", committed))
         return fn
     return deco
 

@@ -38,7 +38,7 @@ API_TITLES = {"heads": "Heads", "online": "Online adaptation", "features": "Pref
 
 
 def _api_page(name: str, modules: tuple[str, ...]) -> None:
-    @page(f"docs/reference/api/{name}.md", source="docsgen/pages/site.py")
+    @page(f"docs/reference/api/{name}.md", source="docsgen/pages/site.py", committed=False)
     def render(res: Results) -> str:
         body = "\n\n".join(f"::: {m}" for m in modules)
         return header("docsgen/pages/site.py") + f"# {API_TITLES[name]}\n\n{body}\n"
