@@ -82,9 +82,10 @@ def stale_generated(root: Path, written: set[str]) -> list[str]:
                   and str(f.relative_to(root)) not in derived and f.read_text(encoding="utf-8").startswith(MARKER))
 
 
-def build(root: Path, check: bool = False, log=print, produce: bool = True) -> int:
+def build(root: Path, check: bool = False, log=print, produce: bool = True, derived_pages: bool = True) -> int:
     """Exit status: 0 done (or, with `check`, the tree matches); 1 the tree differs; 2 bad input.
-    `produce=False` renders from the committed rows as they are, running no producer (however stale)."""
+    `produce=False` renders from the committed rows as they are, running no producer (however stale);
+    `derived_pages=False` leaves the uncommitted reference pages unwritten (a check that builds no site)."""
     load()
     try:
         produced, _ = run_producers(root, log=log) if produce else (Outcome(), {})
@@ -94,7 +95,7 @@ def build(root: Path, check: bool = False, log=print, produce: bool = True) -> i
         return 2
     stale = stale_generated(root, set(files))
     derived = {k for k, pg in PAGES.items() if not pg.committed}
-    for k in derived & set(files):  # built, not committed: written in either mode, for the site build after
+    for k in derived & set(files) if derived_pages else ():  # built, not committed: written in either mode
         _write(root / k, files[k])
     # a key alone moving (same output) is no drift
     compare = {k: v for k, v in files.items() if k != KEYS and k not in derived}
