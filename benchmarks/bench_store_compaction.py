@@ -1,0 +1,114 @@
+"""Feature-store load time at scale: one column of N synthetic prompts read from the part files (one per 16
+prompts, as extraction writes them) and from the compacted store (one memory-mapped Arrow file per column), and
+what the per-load verification costs once every file has been checked.
+
+    .venv/bin/python benchmarks/bench_store_compaction.py                  # 10,000 prompts, d=576 (SmolLM2-135M)
+    .venv/bin/python benchmarks/bench_store_compaction.py --n 2000 --reps 3
+
+No model runs: random float16 columns are written with the store's own writer (`write_part`), so the layout,
+checksums and verification record are what an extraction leaves. Timings are the median of `--reps` loads, each
+in this warm process with the files in the page cache (a cold disk makes the parts layout slower still: it opens
+N/16 files per column, the compacted store one). Reported: a "load" is `load_features(store)` plus `.get(column)`;
+"verification" is the `VerifiedFiles.check` calls such a load makes (stat and stored digest compared, nothing
+re-hashed) and, for the first load, the one full hash of every file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lengthpred.features.compact import COMPACT, IDS, column_file
+from lengthpred.features.maintenance import compact_store
+from lengthpred.features.store import MANIFEST, atomic_write_json, load_features, part_files, write_part
+from lengthpred.integrity import VerifiedFiles
+
+
+def write_store(root: Path, n: int, d: int, columns: list[str], batch: int) -> None:
+    rng = np.random.default_rng(0)
+    ids = [f"p{i:06d}" for i in range(n)]
+    atomic_write_json(root / MANIFEST, {"ids": ids, "columns": {c: d for c in columns}, "dtype": "float16",
+                                        "cache_key": "bench", "model": {"name": "synthetic", "dtype": "float16"}})
+    for k in range(0, n, batch):
+        chunk = ids[k:k + batch]
+        cols = {c: torch.from_numpy(rng.standard_normal((len(chunk), d)).astype(np.float16)) for c in columns}
+        write_part(root, chunk, cols, shard=(0, 1))
+
+
+def median_time(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def verification_time(files: list[Path], folder: Path, reps: int) -> float:
+    """The checks a load makes of `files` once they are recorded (a fresh record read each time, as a load does)."""
+    def check() -> None:
+        v = VerifiedFiles(folder)
+        for f in files:
+            assert v.check(f) is None
+
+    return median_time(check, reps)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=10_000, help="prompts")
+    ap.add_argument("--d", type=int, default=576, help="hidden size (SmolLM2-135M: 576; Llama-3.1-8B: 4096)")
+    ap.add_argument("--columns", type=int, default=8, help="columns per part (the default set has 279 at d=576)")
+    ap.add_argument("--batch", type=int, default=16, help="prompts per part (features.batch_size)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--keep", type=Path, help="build the store here and keep it (default: a temp folder)")
+    args = ap.parse_args()
+    columns = [f"hs.L{layer}.{pool}" for layer in range(0, 31, 8) for pool in ("last", "mean")][: args.columns]
+    col = columns[0]
+    root = args.keep or Path(tempfile.mkdtemp(prefix="bench_store_"))
+    try:
+        t0 = time.perf_counter()
+        write_store(root, args.n, args.d, columns, args.batch)
+        write_s = time.perf_counter() - t0
+        parts = part_files(root)
+        t0 = time.perf_counter()
+        load_features(root)  # the first load hashes every part once and records it
+        first_s = time.perf_counter() - t0
+        before = median_time(lambda: load_features(root).get(col), args.reps)
+        verify_before = verification_time(parts, root, args.reps)
+        t0 = time.perf_counter()
+        compact_store(root)
+        compact_s = time.perf_counter() - t0
+        load_features(root).get(col)  # the compact column's first check (one hash)
+        after = median_time(lambda: load_features(root).get(col), args.reps)
+        folder = root / COMPACT
+        verify_after = verification_time([folder / IDS, column_file(folder, col)], folder, args.reps)
+        same = np.array_equal(load_features(root).get(col), load_features(root).read(col).astype(np.float32))
+        out = {
+            "prompts": args.n, "d": args.d, "columns_per_part": len(columns), "parts": len(parts),
+            "store_mb": round(sum(p.stat().st_size for p in parts) / 1e6, 1),
+            "write_s": round(write_s, 2), "first_load_s (hashes every part once)": round(first_s, 3),
+            "column_load_s parts": round(before, 4), "column_load_s compacted": round(after, 4),
+            "speedup": round(before / after, 1), "compact_s": round(compact_s, 2),
+            "verification_s parts": round(verify_before, 5),
+            "verification_pct_of_load parts": round(100 * verify_before / before, 2),
+            "verification_s compacted": round(verify_after, 6),
+            "verification_pct_of_load compacted": round(100 * verify_after / after, 2),
+            "same_values": bool(same),
+        }
+        print(json.dumps(out, indent=1))
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
