@@ -103,11 +103,12 @@ class WorkerCapture:
         import torch
 
         rows = aux.index_select(0, torch.as_tensor(idx, device=aux.device)).float().cpu().numpy()
+        spent = time.perf_counter() - t
         self.sender.send(StepRows(tuple(int(x) for x in qlens), tuple(int(x) for x in seq_lens),
-                                  tuple(int(x) for x in chunks), rows))
+                                  tuple(int(x) for x in chunks), rows, spent))
         self.n_steps += 1
         self.n_rows += len(idx)
-        self.seconds += time.perf_counter() - t
+        self.seconds += spent
 
 
 def capture_class(base: type, layer: int, hidden_size: int) -> type:

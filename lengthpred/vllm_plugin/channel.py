@@ -34,17 +34,20 @@ class StepRows:
     seq_lens: tuple[int, ...]  # each request's tokens computed after this step, in batch order
     chunks: tuple[int, ...]  # batch indices whose chunk has more than one token (the rows, in order)
     rows: np.ndarray  # [len(chunks), d] float32
+    capture_s: float = 0.0  # what taking these rows cost the model's process (its time in the forward)
 
     def encode(self) -> list[bytes]:
         head = json.dumps({"qlens": self.qlens, "seq_lens": self.seq_lens, "chunks": self.chunks,
-                           "d": int(self.rows.shape[1]) if self.rows.ndim == 2 else 0}).encode()
+                           "d": int(self.rows.shape[1]) if self.rows.ndim == 2 else 0,
+                           "capture_s": self.capture_s}).encode()
         return [head, np.ascontiguousarray(self.rows, dtype=np.float32).tobytes()]
 
     @classmethod
     def decode(cls, parts: list[bytes]) -> StepRows:
         head = json.loads(parts[0])
         rows = np.frombuffer(parts[1], dtype=np.float32).reshape(len(head["chunks"]), int(head["d"]))
-        return cls(tuple(head["qlens"]), tuple(head["seq_lens"]), tuple(head["chunks"]), rows)
+        return cls(tuple(head["qlens"]), tuple(head["seq_lens"]), tuple(head["chunks"]), rows,
+                   float(head.get("capture_s", 0.0)))
 
 
 class RowSender:

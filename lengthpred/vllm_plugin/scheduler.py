@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import time
+from collections import OrderedDict, deque
 from typing import Any
 
 import numpy as np
@@ -87,8 +88,13 @@ class LengthAwareScheduler(Scheduler):
         self.predicted: dict[str, float] = {}
         self.rows: dict[str, np.ndarray] = {}
         self.yields: dict[str, int] = {}
+        self.row_cache: OrderedDict[str, np.ndarray] = OrderedDict()  # prompt hash -> its row (repeated prompts)
         self.counts = {"yields": 0, "resumes": 0, "kv_preempted": 0, "unpredictable": 0, "finished": 0,
-                       "rows_missing": 0, "rows_unreadable": 0, "plan_s": 0.0, "rows_s": 0.0}
+                       "rows_missing": 0, "rows_unreadable": 0, "messages_missing": 0, "plan_s": 0.0, "rows_s": 0.0,
+                       "capture_s": 0.0, "messages": 0, "steps": 0,
+                       "row_cache_hits": 0}
+        self.prefill_steps: deque[float] = deque(maxlen=4096)  # seconds of the latest steps that prefilled
+        self._scheduled_at = time.perf_counter()
         self._last_log = time.monotonic()
         self._dirty = False
         self._log = RequestLog(self.lp.request_log) if self.lp.request_log is not None else None
@@ -103,7 +109,10 @@ class LengthAwareScheduler(Scheduler):
             t = time.perf_counter()
             self._plan(time.time())
             self.counts["plan_s"] += time.perf_counter() - t
-        return super().schedule(throttle_prefills)
+        out = super().schedule(throttle_prefills)
+        self._scheduled_at = time.perf_counter()
+        self.counts["steps"] += 1
+        return out
 
     def _view(self, r: Request, state: str) -> RequestView:
         return RequestView(r.request_id, float(r.arrival_time), state, self.predicted.get(r.request_id),
@@ -155,8 +164,7 @@ class LengthAwareScheduler(Scheduler):
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         sched = scheduler_output.num_scheduled_tokens
         reqs = {rid: self.requests.get(rid) for rid in sched}
-        if sched and max(sched.values()) > 1:
-            self._predict_step(sched, reqs, model_runner_output)
+        self._predict_step(sched, reqs, model_runner_output)
         out = super().update_from_output(scheduler_output, model_runner_output)
         for r in reqs.values():
             if r is not None and r.is_finished():
@@ -169,23 +177,42 @@ class LengthAwareScheduler(Scheduler):
         return out
 
     def _predict_step(self, sched: dict[str, int], reqs: dict[str, Request | None], mro: Any) -> None:
-        expect = [rid for rid, r in reqs.items() if r is not None and rid not in self.predicted
+        """Predict for the requests whose prompt was completed in this step (their first prefill). The model sends
+        the state at the end of every chunk longer than one token; a prompt whose last chunk was one token (vLLM
+        recomputes only the last token of a prompt its prefix cache holds whole) takes the row its identical prompt
+        had before (`row_cache`), or is served unpredicted."""
+        expect = [r for r in reqs.values() if r is not None and r.request_id not in self.predicted
                   and r.num_output_tokens == 0 and r.num_computed_tokens >= r.num_prompt_tokens]
-        t = time.perf_counter()
-        want = (tuple(int(sched[r]) for r in mro.req_ids),
-                tuple(int(reqs[r].num_computed_tokens) if reqs.get(r) is not None else -1 for r in mro.req_ids))
-        msg = self._receive(want)
-        self.counts["rows_s"] += time.perf_counter() - t
-        for rid in expect:
+        msg = None
+        if sched and max(sched.values()) > 1:
+            t = time.perf_counter()
+            self.prefill_steps.append(t - self._scheduled_at)  # the step's forward, seen from the scheduler
+            want = (tuple(int(sched[r]) for r in mro.req_ids),
+                    tuple(int(reqs[r].num_computed_tokens) if reqs.get(r) is not None else -1 for r in mro.req_ids))
+            msg = self._receive(want)
+            self.counts["rows_s"] += time.perf_counter() - t
+            if msg is not None:
+                self.counts["capture_s"] += msg.capture_s
+                self.counts["messages"] += 1
+        for r in expect:
+            rid, key = r.request_id, prompt_hash(r.prompt_token_ids or ())
             k = mro.req_id_to_index.get(rid)
-            y = None
-            if msg is not None and k in msg.chunks:
-                row = msg.rows[msg.chunks.index(k)]
-                y = self.live.predict(row)
-                if y is not None:
-                    self.predicted[rid], self.rows[rid] = y, row
+            row = msg.rows[msg.chunks.index(k)] if msg is not None and k in msg.chunks else None
+            if row is None:
+                row = self.row_cache.get(key)
+                if row is None:
+                    self.counts["rows_missing"] += 1
+                    continue
+                self.counts["row_cache_hits"] += 1
+            y = self.live.predict(row)
             if y is None:
                 self.counts["rows_unreadable"] += 1
+                continue
+            self.predicted[rid], self.rows[rid] = y, row
+            self.row_cache[key] = row
+            self.row_cache.move_to_end(key)
+            while len(self.row_cache) > self.lp.row_cache:
+                self.row_cache.popitem(last=False)
 
     def _receive(self, want: tuple[tuple[int, ...], tuple[int, ...]]) -> StepRows | None:
         """The worker's message for this step (its layout must be this step's); None after a timeout."""
@@ -198,7 +225,7 @@ class LengthAwareScheduler(Scheduler):
                 return msg
             log.warning("lengthpred: dropped a prefill-state message for another step (tokens %s, wanted %s)",
                         msg.qlens[:8], want[0][:8])
-        self.counts["rows_missing"] += 1
+        self.counts["messages_missing"] += 1
         log.error("lengthpred: no prefill states from the model within %.0f s; this step's prompts are served "
                   "FCFS-style", self.lp.rows_timeout_s)
         return None
@@ -206,9 +233,9 @@ class LengthAwareScheduler(Scheduler):
     def _flush(self) -> None:
         """Checkpoint and stats while idle: vLLM's shutdown may stop this process before `shutdown()` runs (its API
         server sends SIGTERM while the workers exit), so what a restart resumes from is written when the last
-        request leaves."""
+        request leaves (in the step loop: the server is idle, and the stats then count every update)."""
         self._dirty = False
-        self.live.checkpoint_soon()
+        self.live.checkpoint(wait=True)
         self._write_stats()
 
     def _write_stats(self) -> None:
@@ -262,7 +289,14 @@ class LengthAwareScheduler(Scheduler):
                 "censored_updates": s.censored, "aborted": s.aborted, "checkpoints": s.checkpoints,
                 "yields": self.counts["yields"], "resumes": self.counts["resumes"],
                 "kv_preempted": self.counts["kv_preempted"], "rows_missing": self.counts["rows_missing"],
+                "messages_missing": self.counts["messages_missing"], "row_cache_hits": self.counts["row_cache_hits"],
+                "steps": self.counts["steps"], "plan_ms_per_step": (1e3 * self.counts["plan_s"] / self.counts["steps"]
+                                                                     if self.counts["steps"] else math.nan),
                 "plan_ms_total": 1e3 * self.counts["plan_s"], "rows_wait_ms_total": 1e3 * self.counts["rows_s"],
+                "capture_ms_per_prefill_step": (1e3 * self.counts["capture_s"] / self.counts["messages"]
+                                                if self.counts["messages"] else math.nan),
+                "prefill_step_ms_median": 1e3 * float(np.median(self.prefill_steps)) if self.prefill_steps else math.nan,
+                "prefill_steps": len(self.prefill_steps),
                 "finished": self.counts["finished"], "parked_now": len(self.parked)}
 
     def stats_line(self) -> str:

@@ -16,6 +16,8 @@ Options (`PluginSettings`, defaults in brackets):
 - `checkpoint_path` [<readout>.live.safetensors]: where; a restart resumes from it when it exists;
 - `stats_every_s` [60]: period of the `lengthpred:` stats log line (0: only at shutdown);
 - `rows_timeout_s` [30]: how long the scheduler waits for a step's prefill states from the worker;
+- `row_cache` [1024]: prompts whose prefill state is kept by their token ids, for a prompt sent again (vLLM's prefix
+  cache then recomputes only its last token, and the model sends no state for a one-token chunk);
 - `request_log` [null]: a JSON-lines file getting one line per finished request (id, arrival, prompt tokens,
   predicted and actual output tokens, finish reason, yields): what the readout predicted beside what happened.
 """
@@ -48,6 +50,7 @@ class PluginSettings:
     checkpoint_path: Path | None = None
     stats_every_s: float = 60.0
     rows_timeout_s: float = 30.0
+    row_cache: int = 1024
     request_log: Path | None = None
 
     @property
@@ -90,6 +93,8 @@ class PluginSettings:
             raise bad("checkpoint_every", "must be >= 1")
         if not (math.isfinite(self.stats_every_s) and self.stats_every_s >= 0):
             raise bad("stats_every_s", "must be >= 0 seconds")
+        if self.row_cache < 0:
+            raise bad("row_cache", "must be >= 0 prompts")
         if not (math.isfinite(self.rows_timeout_s) and self.rows_timeout_s > 0):
             raise bad("rows_timeout_s", "must be > 0 seconds")
         if self.policy == "fcfs" and self.aging_weight:
@@ -104,7 +109,7 @@ def readout_path(env: dict[str, str] | os._Environ) -> Path | None:
 
 _KINDS: dict[str, type] = {"policy": str, "aging_weight": float, "max_yields": int, "max_prefill_slots": int,
                            "updates": str, "checkpoint_every": int, "checkpoint_path": Path, "stats_every_s": float,
-                           "rows_timeout_s": float, "request_log": Path}
+                           "rows_timeout_s": float, "row_cache": int, "request_log": Path}
 
 
 def _typed(opts: dict[str, Any]) -> dict[str, Any]:
