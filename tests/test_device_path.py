@@ -267,3 +267,34 @@ def test_a_forward_out_of_memory_once_halves_the_budget_and_finishes(tiny_model,
     assert got.ids == want.ids
     for name in want.names:  # other batches than the uninterrupted run's: float32 reductions may round apart
         assert_close_f32(got.get(name), want.get(name), len(tokenizer), both_float32=True, err_msg=name)
+
+
+def test_vllm_parallelism_is_passed_through_to_the_engine(tmp_path, tokenizer, monkeypatch):
+    import sys
+    import types
+
+    from lengthpred.generate.backends import make_backend
+    from lengthpred.generate.settings import GenerationSettings
+    from lengthpred.models.specs import ModelSpec
+
+    seen = {}
+    fake = types.ModuleType("vllm")
+    fake.LLM = lambda **kw: seen.update(kw)  # what the engine would be built with
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    (tmp_path / "config.json").write_text("{}")
+    spec = ModelSpec(name="m", path=str(tmp_path), dtype="bfloat16", max_context=4096)
+    settings = GenerationSettings(backend="vllm", engine_args={"tensor_parallel_size": 4, "data_parallel_size": 2})
+    make_backend(settings, spec, tokenizer=tokenizer)
+    assert seen["tensor_parallel_size"] == 4 and seen["data_parallel_size"] == 2
+    assert seen["model"] == str(tmp_path) and seen["dtype"] == "bfloat16" and seen["max_model_len"] == 4096
+
+
+def test_vllm_under_torchrun_is_refused_before_any_work(monkeypatch, tmp_path):
+    from lengthpred.stages.generate import run_generate
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    cfg = compose_cfg(["generate.backend=vllm", f"paths.data_dir={tmp_path}", "data=trace", "data.name=none"], tmp_path)
+    monkeypatch.setattr("lengthpred.stages.generate.load_prompts", lambda _d: list(range(10)))
+    with pytest.raises(ConfigError, match="generate.backend=vllm under torchrun"):
+        run_generate(cfg, tmp_path)
