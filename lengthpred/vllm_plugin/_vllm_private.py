@@ -88,7 +88,10 @@ def tp_rank() -> int:
 
 
 def instance_id(vllm_config: Any) -> str:
-    return str(getattr(vllm_config, "instance_id", "") or "default")
+    """The server's instance id with this engine's data-parallel index: each engine core pairs with its own workers."""
+    pc = vllm_config.parallel_config
+    dp = int(getattr(pc, "data_parallel_index", 0) or getattr(pc, "data_parallel_rank", 0) or 0)
+    return f"{getattr(vllm_config, 'instance_id', '') or 'default'}-dp{dp}"
 
 
 # -- scheduler side -------------------------------------------------------------------------------------------------
