@@ -135,14 +135,18 @@ class PrefillCapture:
         return torch.cat(self._heads, dim=-2) if self._heads else None
 
     # -- hooks ---------------------------------------------------------------------------------
+    def _here(self, t: torch.Tensor) -> torch.Tensor:
+        """`t` on the inputs' device: a layer on another GPU (a device map) hands its states back there."""
+        return t if self._mask is None or t.device == self._mask.device else t.to(self._mask.device)
+
     def _keep(self, index: int) -> Callable:
         def hook(_module, _args, output):
-            self.hidden[index] = output[0] if isinstance(output, tuple) else output
+            self.hidden[index] = self._here(output[0] if isinstance(output, tuple) else output)
 
         return hook
 
     def _keep_input(self, _module, args, kwargs):
-        self.hidden[0] = args[0] if args else kwargs["hidden_states"]
+        self.hidden[0] = self._here(args[0] if args else kwargs["hidden_states"])
 
     def _wrap_attention(self, fn: Callable) -> Callable:
         def attention(module, query, key, value, attention_mask, *args, **kwargs):
@@ -150,10 +154,13 @@ class PrefillCapture:
             if id(module) in self._attn_ids and self._mask is not None:
                 scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or query.shape[-1] ** -0.5
                 with torch.no_grad():
-                    if self._bias is None:
-                        self._bias = attention_bias(self._mask, self.attn_chunk)
-                    r = received_attention(query, key, self._mask, float(scaling), self.attn_chunk, self._bias,
-                                           self._query_weight, per_head=self.per_head)
+                    mask, weight = self._mask.to(query.device), self._query_weight  # the layer's GPU
+                    if weight is not None:
+                        weight = weight.to(query.device)
+                    if self._bias is None or self._bias[0].device != query.device:
+                        self._bias = attention_bias(mask, self.attn_chunk)
+                    r = self._here(received_attention(query, key, mask, float(scaling), self.attn_chunk, self._bias,
+                                                      weight, per_head=self.per_head))
                 if self.per_head:  # layers arrive in forward order: heads of layer l before those of l + 1
                     self._heads.append(r)
                     r = r.sum(dim=-2)

@@ -191,13 +191,15 @@ def prefill_scores(model: nn.Module, plan: Plan, capture: PrefillCapture, input_
     out = model.get_decoder()(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
                               use_cache=False)
     final = out.last_hidden_state  # [B, T, d] = hidden_states[num_layers], after the final norm
-    hidden = dict(capture.hidden)
-    hidden[len(capture.layers)] = final
+    hidden = dict(capture.hidden)  # on the inputs' device (under a device map the capture moves them there)
+    hidden[len(capture.layers)] = final.to(mask.device)
     if plan.attn_layers and capture.n_attn_calls != len(plan.attn_layers):
         raise ModelLacksHead(f"{type(model).__name__}: attention importance saw {capture.n_attn_calls} of "
                              f"{len(plan.attn_layers)} attention layers; set features.attn_layers=[] and drop "
                              f"the attn/fused pools")
-    entropy = (token_entropy(final, mask, plan.head_weight, plan.head_bias, s.entropy_chunk, plan.softcap)
+    head = plan.head_weight.device  # the LM head's: the last GPU under a device map
+    entropy = (token_entropy(final.to(head), mask.to(head), plan.head_weight, plan.head_bias, s.entropy_chunk,
+                             plan.softcap).to(mask.device)
                if s.needs_entropy else None)  # [B, T]
     importance = {} if capture.received is None else {
         n: attention_importance(capture.received[:, k], mask, n) for k, n in enumerate(norms)}  # [B, T] each
