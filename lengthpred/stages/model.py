@@ -27,14 +27,15 @@ def model_device(cfg: Any) -> Any:
 
 
 def model_dtype(cfg: Any) -> str:
-    """`cfg.model.dtype` with `auto` resolved for this process's device."""
-    return resolve_dtype(str(cfg.model.dtype), model_device(cfg))
+    """`cfg.model.dtype` with `auto` resolved for this process's device (a named dtype needs no device: a GPU run's
+    config read on a CPU machine still finds its stores)."""
+    dtype = str(cfg.model.dtype)
+    return dtype if dtype != "auto" else resolve_dtype(dtype, model_device(cfg))
 
 
 def model_spec(cfg: Any) -> ModelSpec:
     """The model config as a `ModelSpec`, its dtype resolved for this process's device."""
-    spec = instantiate(cfg.model)
-    return dataclasses.replace(spec, dtype=resolve_dtype(spec.dtype, model_device(cfg)))
+    return dataclasses.replace(instantiate(cfg.model), dtype=model_dtype(cfg))
 
 
 def load_model(cfg: Any) -> tuple[Any, Any]:
