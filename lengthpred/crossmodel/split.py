@@ -1,7 +1,8 @@
 """One train/val/test split of the prompt union, by prompt and stratified by dataset, shared by every model.
 
 The split is made on prompt ids before any model's lengths are looked at, so a prompt never sits in
-train for one model and in test for another. A model's own split is the part of each split it has
+train for one model and in test for another; near-duplicate prompts (`data.near_duplicates`, word n-gram
+Jaccard, lengthpred.data.near_duplicates) are grouped first and a group never straddles two parts. A model's own split is the part of each split it has
 samples for; `coverage` counts those, and `coverage_warnings` names every model that has train
 prompts but too few test prompts (its rows stay in the tables, marked, rather than being dropped).
 """
@@ -44,17 +45,49 @@ def sample_per_dataset(ids: Sequence[str], dataset_of: Mapping[str, str], cap: i
 
 
 def stratified_split(ids: Sequence[str], dataset_of: Mapping[str, str], fractions: Mapping[str, float],
-                     seed: int) -> dict[str, list[str]]:
-    """train/val/test ids: each dataset cut by `fractions` (floats summing to 1), then pooled (sorted)."""
+                     seed: int, group_of: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """train/val/test ids: each dataset cut by `fractions` (floats summing to 1), then pooled (sorted).
+
+    `group_of` (id → group key, e.g. `lengthpred.data.near_duplicates.near_duplicate_groups`) keeps every group
+    in one part: a group is stratified under its key's dataset and placed whole (`grouped_split_ids`). Without
+    groups larger than one prompt the split is the ungrouped one."""
     fr = {k: float(fractions.get(k, 0.0)) for k in PARTS}
     if any(v < 0 for v in fr.values()) or abs(sum(fr.values()) - 1.0) > 1e-9 or fr["train"] <= 0 or fr["test"] <= 0:
         raise ConfigError(f"data.split={dict(fractions)}: train, val, test fractions >= 0 summing to 1, "
                           "train and test > 0")
     out: dict[str, list[str]] = {k: [] for k in PARTS}
-    for ds_ids in by_dataset(ids, dataset_of).values():
-        parts = split_ids(ds_ids, fr, seed)
+    if group_of is None:
+        for ds_ids in by_dataset(ids, dataset_of).values():
+            parts = split_ids(ds_ids, fr, seed)
+            for k in PARTS:
+                out[k] += parts[k]
+        return {k: sorted(v) for k, v in out.items()}
+    members: dict[str, list[str]] = {}
+    for i in sorted(ids):
+        members.setdefault(group_of[i], []).append(i)
+    home = {g: dataset_of[g] if g in dataset_of else dataset_of[m[0]] for g, m in members.items()}
+    for ds in sorted(set(home.values())):
+        groups = {g: m for g, m in members.items() if home[g] == ds}
+        parts = grouped_split_ids(groups, fr, seed)
         for k in PARTS:
             out[k] += parts[k]
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def grouped_split_ids(groups: Mapping[str, Sequence[str]], fractions: Mapping[str, float],
+                      seed: int) -> dict[str, list[str]]:
+    """`split_ids` over groups of ids: the sorted group keys shuffled with `seed`, then train filled first, val
+    next, test with the rest, a group always whole (a part may overshoot its count by a group's size − 1). With
+    every group a single id keyed by itself this is exactly `split_ids` on the ids."""
+    keys = sorted(groups)
+    random.Random(seed).shuffle(keys)
+    n = sum(len(groups[k]) for k in keys)
+    va_n, te_n = round(n * float(fractions.get("val", 0.0))), round(n * float(fractions.get("test", 0.0)))
+    want = {"train": n - va_n - te_n, "val": va_n}
+    out: dict[str, list[str]] = {k: [] for k in PARTS}
+    for key in keys:
+        part = next((p for p in ("train", "val") if len(out[p]) < want[p]), "test")
+        out[part] += list(groups[key])
     return {k: sorted(v) for k, v in out.items()}
 
 

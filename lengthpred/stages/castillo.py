@@ -2,7 +2,7 @@
 each step timed (the library parts live in `lengthpred.crossmodel`).
 
 union (read every CASTILLO file) → sample (`data.per_dataset` prompts per dataset) → split (shared, by
-prompt, stratified by dataset) → token counts (truncation counted) → features (one prefill per prompt,
+prompt, stratified by dataset, near-duplicates grouped: `data.near_duplicates`) → token counts (truncation counted) → features (one prefill per prompt,
 only the columns the heads read) → fits (every head per fit target; `crossmodel.within_heads` once more per
 dataset) → ceilings → scores → tables and plots.
 
@@ -46,8 +46,10 @@ from lengthpred.crossmodel.split import (
 from lengthpred.crossmodel.table import ALL_MODELS, short_model
 from lengthpred.crossmodel.tables import table_ceilings, table_t7, table_t7_datasets, table_t7_summary
 from lengthpred.crossmodel.union import PromptUnion, read_union
+from lengthpred.data.near_duplicates import NearDuplicates, cross_split_twins, near_duplicate_groups
 from lengthpred.errors import ConfigError
 from lengthpred.heads import HEADS, HeadSettings
+from lengthpred.heads.assemble import prompt_text
 from lengthpred.models import load_tokenizer
 from lengthpred.paths import resolve
 from lengthpred.stages.features import ensure_features, feature_settings
@@ -160,10 +162,38 @@ def _write_union(union: PromptUnion, out: Path) -> None:
 
 
 def split_prompts(cfg: DictConfig, union: PromptUnion) -> tuple[list[str], dict[str, list[str]]]:
-    """The prompts a run reads (`data.per_dataset` of each dataset) and their train/val/test split (`data.seed`)."""
+    """The prompts a run reads (`data.per_dataset` of each dataset) and their train/val/test split (`data.seed`),
+    near-duplicates (`data.near_duplicates`: word n-gram Jaccard at a threshold; null: none) grouped first so that
+    a group sits in one part."""
     seed = int(cfg.data.seed)
     chosen = sample_per_dataset(union.table.ids, union.dataset_of, cfg.data.per_dataset, seed)
-    return chosen, stratified_split(chosen, union.dataset_of, cfg.data.split, seed)
+    near = NearDuplicates.from_cfg(_plain(cfg.data.get("near_duplicates")))
+    groups = None
+    if near is not None:
+        text = {r["id"]: prompt_text(r["messages"]) for r in union.records}
+        groups = near_duplicate_groups(chosen, [text[i] for i in chosen], near)
+    return chosen, stratified_split(chosen, union.dataset_of, cfg.data.split, seed, group_of=groups)
+
+
+def near_duplicate_report(cfg: DictConfig, union: PromptUnion, chosen: Sequence[str],
+                          split: dict[str, list[str]]) -> dict[str, Any]:
+    """summary.json `near_duplicates`: the rule, its groups, and the test prompts that still have a train or val
+    twin at the rule's threshold (none by construction) and at Jaccard ≥ 0.94 (the audit's stricter level)."""
+    near = NearDuplicates.from_cfg(_plain(cfg.data.get("near_duplicates")))
+    text = {r["id"]: prompt_text(r["messages"]) for r in union.records}
+    out: dict[str, Any] = {"rule": None if near is None else {"ngram": near.ngram, "threshold": near.threshold}}
+    rule = near or NearDuplicates()
+    if near is not None:
+        groups = near_duplicate_groups(chosen, [text[i] for i in chosen], near)
+        sizes = pd.Series(list(groups.values())).value_counts()
+        out |= {"groups_over_one": int((sizes > 1).sum()), "prompts_in_them": int(sizes[sizes > 1].sum())}
+    for th in sorted({rule.threshold, 0.94}):
+        out[f"test_with_twin_at_{th:g}"] = cross_split_twins(split, text, rule.ngram, th)
+    return out
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
 def prompt_inputs(cfg: DictConfig, union: PromptUnion, chosen: Sequence[str], columns: Sequence[str], *,
@@ -206,6 +236,8 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
         warnings = coverage_warnings(cov, int(cm.min_train), int(cm.min_test))
         for w in warnings:
             log.warning("castillo: %s", w)
+        near = near_duplicate_report(cfg, union, chosen, split)
+        log.info("castillo: near-duplicates %s", {k: v if not isinstance(v, list) else len(v) for k, v in near.items()})
         (out / "split.json").write_text(json.dumps(split, indent=1) + "\n")
         cov.to_csv(out / "coverage.csv", index=False)
     inputs, n_tokens = prompt_inputs(cfg, union, chosen, columns, model=model, tokenizer=tokenizer, timer=timer)
@@ -240,6 +272,7 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
         "per_dataset_run": {ds: {k: sum(dataset_of[i] == ds for i in split[k]) for k in PARTS}
                             for ds in union.datasets()},
         "split_sizes": {k: len(v) for k, v in split.items()},
+        "near_duplicates": near,
         "truncation": truncation_counts(n_tokens, dataset_of, cfg.features.get("max_prompt_tokens")),
         "feature_columns": columns, "coverage_warnings": warnings,
         "ceiling_range_loo": ceiling_range(ceil_all).to_dict("records"),
