@@ -37,6 +37,7 @@ def prompts(n: int) -> tuple[dict[str, str], list[str], str, str]:
 
     from lengthpred.data import load_prompts, load_splits
     from lengthpred.models import load_tokenizer
+    import lengthpred.cli  # noqa: F401 (registers the config resolvers and head defaults every script composes with)
     from lengthpred.stages.serve import split_ids
     from lengthpred.stages.serve_bench import prompt_texts
 

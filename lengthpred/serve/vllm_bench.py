@@ -155,7 +155,7 @@ class Server:
 
     def warm_up(self) -> None:
         """One short request outside the measurement (the first request pays for lazy initialisation)."""
-        body = json.dumps({"model": self.spec.served_name, "prompt": "Hello", "max_tokens": 8}).encode()
+        body = json.dumps({"model": self.spec.served_name, "prompt": "Hello, who are you?", "max_tokens": 8}).encode()
         req = urllib.request.Request(self.spec.base_url + "/v1/completions", body,
                                      {"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=120) as r:
