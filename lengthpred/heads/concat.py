@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.decomposition import PCA
-from sklearn.linear_model import Ridge, RidgeCV
+from sklearn.linear_model import Ridge
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
 from lengthpred.heads.linear import DEFAULT_ALPHAS
 from lengthpred.heads.smearing import ridge_loo_residuals, smeared_expm1, smearing_factor
+from lengthpred.ridge_select import grouped_ridge_cv
 
 
 def block_columns(width: int, layers: list[int] | None, use: list[int] | None) -> np.ndarray:
@@ -102,7 +103,7 @@ class ConcatLinearHead(BaseHead):
         pca = PCA(n_components=k, random_state=0).fit(Z) if k else None
         P = pca.transform(Z) if pca is not None else Z
         t = np.log1p(y) if self.target == "log1p" else y
-        ridge = Ridge(alpha=self.alpha) if self.alpha is not None else RidgeCV(alphas=np.asarray(self.alphas))
+        ridge = Ridge(alpha=self.alpha) if self.alpha is not None else grouped_ridge_cv(self.alphas, Xs)
         ridge.fit(P, t)
         self.alpha_ = float(self.alpha if self.alpha is not None else ridge.alpha_)
         self.n_components_ = int(P.shape[1]) if pca is not None else None

@@ -2,7 +2,8 @@
 
 Both standardise X, work on z = log1p(length) (quantiles are equivariant under the monotone transform, so
 expm1 of a log-scale quantile is the length quantile), start from the linear head's ridge fit and keep its
-ridge penalty, and return lengths in tokens from `predict`. Both take samples in long format: a prompt
+ridge penalty (α chosen by prompt-grouped CV: a prompt's samples never score each other, lengthpred.ridge_select),
+and return lengths in tokens from `predict`. Both take samples in long format: a prompt
 with k sampled lengths is k rows of X (the same features) with k lengths; `censored` marks the samples
 that hit the cap.
 
@@ -34,7 +35,6 @@ from typing import Any
 
 import numpy as np
 from scipy import optimize, special, stats
-from sklearn.linear_model import RidgeCV
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -42,6 +42,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from lengthpred.distributions import LogNormal, QuantileGrid, check_quantiles
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
 from lengthpred.heads.linear import DEFAULT_ALPHAS
+from lengthpred.ridge_select import grouped_ridge_cv
 
 DEFAULT_LEVELS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 _LOG_2PI = float(np.log(2 * np.pi))
@@ -71,7 +72,7 @@ class _LogReadout(BaseHead):
         Z = self.scaler_.transform(X)
         z = np.log1p(y)
         alphas = [self.alpha] if self.alpha is not None else list(self.alphas)
-        ridge = RidgeCV(alphas=np.asarray(alphas, dtype=np.float64)).fit(Z, z)
+        ridge = grouped_ridge_cv(alphas, X).fit(Z, z)  # by prompt: a prompt's samples share X
         self.alpha_ = float(ridge.alpha_)
         self._ridge = ridge
         resid = z - ridge.predict(Z)

@@ -28,6 +28,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lengthpred.heads.base import HEADS, BaseHead, HeadInputError, Points, check_targets
 from lengthpred.heads.smearing import ridge_loo_residuals, smeared_expm1, smearing_factor
+from lengthpred.ridge_select import grouped_ridge_cv
 
 DEFAULT_ALPHAS = (0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5)
 
@@ -42,7 +43,8 @@ class LinearHead(BaseHead):
     """Ridge readout on one pooled feature.
 
     alpha: ridge strength; None picks it from `alphas` by efficient leave-one-out CV on the training
-    set (RidgeCV). `scripts/train.py` instead selects it on the validation split (`select:` in the
+    set (RidgeCV), by prompt-grouped CV where rows repeat a prompt's features (long format;
+    lengthpred.ridge_select). `scripts/train.py` instead selects it on the validation split (`select:` in the
     head config). target: "log1p" fits log1p(length) and predicts expm1 (lengths must be ≥ 0);
     "raw" fits tokens directly. log_features: apply log1p to X first (the prompt-length baseline).
     back_transform: "mean" (smearing, `smearing_` = S) or "median" (expm1, S = 1); module docstring.
@@ -90,7 +92,7 @@ class LinearHead(BaseHead):
         y = check_targets(y, len(X))
         if self.target == "log1p" and np.any(y < 0):
             raise HeadInputError("target='log1p' needs lengths >= 0; use target='raw' for signed targets")
-        ridge = Ridge(alpha=self.alpha) if self.alpha is not None else RidgeCV(alphas=np.asarray(self.alphas))
+        ridge = Ridge(alpha=self.alpha) if self.alpha is not None else grouped_ridge_cv(self.alphas, X)
         self.model_ = self._pipeline(ridge).fit(X, y)
         fitted = self.model_.regressor_.named_steps["ridge"]
         self.alpha_ = float(self.alpha if self.alpha is not None else fitted.alpha_)

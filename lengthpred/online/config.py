@@ -5,11 +5,14 @@ The heads and completion model of a config are built in `lengthpred.stages.adapt
 from __future__ import annotations
 
 import numpy as np
-from sklearn.linear_model import RidgeCV
 from sklearn.preprocessing import StandardScaler
+
+from lengthpred.ridge_select import grouped_ridge_cv
 
 
 def select_alpha(X: np.ndarray, y: np.ndarray, alphas: list[float]) -> float:
-    """The linear head's choice when alpha is null: RidgeCV (efficient LOO) in standardised log1p space."""
-    Xs = StandardScaler().fit_transform(np.asarray(X, dtype=np.float64))
-    return float(RidgeCV(alphas=np.asarray(alphas, dtype=np.float64)).fit(Xs, np.log1p(y)).alpha_)
+    """The linear head's choice when alpha is null: RidgeCV in standardised log1p space (efficient LOO, or
+    prompt-grouped folds where rows repeat a prompt's features: lengthpred.ridge_select)."""
+    X = np.asarray(X, dtype=np.float64)
+    Xs = StandardScaler().fit_transform(X)
+    return float(grouped_ridge_cv(alphas, X).fit(Xs, np.log1p(y)).alpha_)
