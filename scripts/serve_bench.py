@@ -16,13 +16,14 @@ import hydra
 from omegaconf import DictConfig
 
 from lengthpred.cli import stage
+from lengthpred.stages.outputs import run_dir
 from lengthpred.stages.serve_bench import run_serve_bench
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @stage
 def main(cfg: DictConfig) -> None:
-    run_serve_bench(cfg)
+    run_serve_bench(cfg, run_dir(cfg))
 
 
 if __name__ == "__main__":

@@ -53,7 +53,9 @@ def _vllm_version(venv: Path) -> str:
     return r.stdout.strip()
 
 
-def run_serve_bench(cfg: DictConfig) -> Path:
+def run_serve_bench(cfg: DictConfig, out: str | Path) -> Path:
+    """One cell of the campaign into `serve_bench.out_dir/<cell>` (committed); `out`, the stage's own run folder,
+    gets a pointer to it. Returns the cell folder."""
     sb = cfg.serve_bench
     venv = Path(str(sb.venv))
     version = _vllm_version(venv)
@@ -78,4 +80,6 @@ def run_serve_bench(cfg: DictConfig) -> Path:
     done = camp.run()
     log.info("%s: %d runs this time; every run of %d repeats x %d arms is in %s", cell.name, len(done), cell.repeats,
              len(arms), folder)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "cell_folder.txt").write_text(f"{folder}\n")
     return folder
