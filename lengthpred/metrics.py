@@ -506,3 +506,18 @@ def _ceiling_ci(
             "ceiling_mean_k": np.sqrt(k * rpos / (1.0 + (k - 1.0) * rpos)),
         }
     return {name: _percentile_ci(v, confidence) for name, v in draws.items()}
+
+
+def sign_flip_p(d: np.ndarray) -> float:
+    """Two-sided p-value of mean(d) = 0 by the exact sign-flip permutation test (NaN with no finite pair)."""
+    d = np.asarray(d, float)
+    d = d[np.isfinite(d)]
+    if len(d) == 0:
+        return math.nan
+    if len(d) < 2 or not np.any(d):  # one pair: both signs give the same |mean|, p = 1
+        return 1.0
+    n_res = np.inf if len(d) <= 20 else 100_000  # exact up to 2^20 sign patterns
+    res = stats.permutation_test((d,), lambda x, axis: np.mean(x, axis=axis), vectorized=True,
+                                 permutation_type="samples", n_resamples=n_res, alternative="two-sided",
+                                 random_state=0)
+    return float(res.pvalue)

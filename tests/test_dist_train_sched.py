@@ -168,3 +168,54 @@ def test_censored_readout_streams_t3s_pairs_on_the_demo_trace(demo_splits_dir):
     last = run.groupby(level=["pair", "seed", "model"]).last().unstack("model")
     assert (last["censored_rls"] != last["static"]).all()  # the updates moved it
     assert "chat" in t3_adapt_markdown(curves, n_boot=50)
+
+
+def test_loads_are_chosen_by_the_oracles_headroom_on_other_seeds_and_every_key_sits_beside_it():
+    from lengthpred.distributions import LogNormal
+    from lengthpred.eval.dist_sched import (
+        choose_loads,
+        headroom_sweep,
+        nulls_markdown,
+        run_uncertainty_sched,
+        uncertainty_keys,
+    )
+
+    rng = np.random.default_rng(1)
+    n = 60
+    d = LogNormal(rng.normal(4.5, 0.6, n), rng.uniform(0.2, 1.0, n))
+    samples = [list(np.minimum(np.floor(np.expm1(d.mu[i] + d.sigma[i] * rng.normal(size=3))) + 1, 512).astype(int))
+               for i in range(n)]
+    point = d.mean(cap=512.0)
+    sweep = headroom_sweep(samples, np.full(n, 50.0), point, hardware="cpu-smollm2-135m-vllm", loads=[0.5, 0.95],
+                           seeds=[10, 11], n_requests=150)
+    assert list(sweep["load"]) == [0.5, 0.95] and np.isfinite(sweep["headroom"]).all()
+    # headroom = 1 − oracle / point SJF, from the same runs' means
+    assert np.allclose(sweep["headroom"], 1 - sweep["oracle"] / sweep["sjf"])
+    assert choose_loads(sweep, 1) == [float(sweep.loc[sweep["headroom"].idxmax(), "load"])]
+    with pytest.raises(ValueError, match="n_loads"):
+        choose_loads(sweep, 3)
+    keys = {"linear": point} | uncertainty_keys("h", d, 512.0)
+    _, gains = run_uncertainty_sched(samples, np.full(n, 50.0), keys, hardware="cpu-smollm2-135m-vllm", loads=[0.95],
+                                     seeds=[0, 1, 2], n_requests=150, lower_bounds=["linear"])
+    assert "p_value" in gains.columns
+    md = nulls_markdown(gains, 0.95)
+    lines = md.splitlines()
+    assert lines[2].startswith("| oracle-sjf | clairvoyant |") and "(the headroom)" in lines[2]
+    assert any(line.startswith("| sjf | h:q0.9 |") for line in lines) and "| sjf | linear |" not in md
+
+
+def test_headroom_seeds_must_not_be_the_reported_ones(tmp_path):
+    from omegaconf import OmegaConf
+
+    from lengthpred.errors import ConfigError
+    from lengthpred.stages.dist import sched_loads
+
+    sc = OmegaConf.create({"loads": "headroom", "seeds": [0, 1], "n_requests": 50, "hardware": "cpu-smollm2-135m-vllm",
+                           "headroom": {"candidates": [0.8], "seeds": [1, 2], "n_loads": 1}})
+    with pytest.raises(ConfigError, match="also reported"):
+        sched_loads(sc, [[5, 6]], np.ones(1), np.ones(1), tmp_path)
+    sc.loads = "auto"
+    with pytest.raises(ConfigError, match="'headroom'"):
+        sched_loads(sc, [[5, 6]], np.ones(1), np.ones(1), tmp_path)
+    sc.loads = [0.8, 0.95]
+    assert sched_loads(sc, [[5, 6]], np.ones(1), np.ones(1), tmp_path) == ([0.8, 0.95], "")

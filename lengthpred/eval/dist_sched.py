@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from lengthpred.distributions import LengthDistribution, tail_mean, tie_key
+from lengthpred.metrics import sign_flip_p
 from lengthpred.sched import get_profile
 from lengthpred.sched.sweep.experiment import parse_policies, run_grid
 from lengthpred.sched.sweep.pool import LengthSource
@@ -78,7 +79,8 @@ def run_uncertainty_sched(samples: Sequence[Sequence[int]], prompt_tokens: np.nd
 def paired_vs(runs: pd.DataFrame, ref: tuple[str, str], metric: str = "per_token_latency_mean",
               n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Gain of every (policy, predictor) over `ref` on the same seeds, 1 − mean(x)/mean(ref), with a paired
-    percentile bootstrap over seeds (rows with metric `gain_vs_<policy>:<predictor>`)."""
+    percentile bootstrap over seeds and the exact sign-flip p of the per-seed differences ref − x (rows with
+    metric `gain_vs_<policy>:<predictor>`)."""
     d = runs[runs["metric"] == metric].pivot_table(index=["load", "seed"], columns=["policy", "predictor"],
                                                    values="value")
     if ref not in d.columns:
@@ -94,8 +96,78 @@ def paired_vs(runs: pd.DataFrame, ref: tuple[str, str], metric: str = "per_token
             rows.append({"policy": col[0], "predictor": col[1], "load": float(load),
                          "metric": f"gain_vs_{ref[0]}:{ref[1]}", "value": 1 - x.mean() / r.mean(),
                          "ci_low": float(np.quantile(reps, 0.025)), "ci_high": float(np.quantile(reps, 0.975)),
-                         "n": len(x)})
+                         "p_value": sign_flip_p(r - x), "n": len(x)})
     return pd.DataFrame(rows)
+
+
+POINT_SJF = ("sjf", "linear")  # the point-prediction reference every uncertainty key is compared with
+ORACLE = ("oracle-sjf", "clairvoyant")
+
+
+def headroom_sweep(samples: Sequence[Sequence[int]], prompt_tokens: np.ndarray, point: np.ndarray, *, hardware: str,
+                   loads: list[float], seeds: list[int], n_requests: int) -> pd.DataFrame:
+    """Per load: the clairvoyant SJF oracle against point SJF (the `linear` key) on the same requests. Columns
+    load, fcfs, sjf, oracle (mean per-token latency, s), headroom = 1 − mean(oracle)/mean(point SJF) with its
+    paired bootstrap interval over seeds and exact sign-flip p: what any better key could still buy SJF."""
+    output = np.array([np.mean(s) for s in samples], dtype=float)
+    source = LengthSource("dist", output, np.asarray(prompt_tokens, dtype=float), preds={"linear": point},
+                          samples=[list(s) for s in samples])
+    runs, _ = run_grid(source, get_profile(hardware), parse_policies(["fcfs", "sjf", "oracle-sjf"]),
+                       predictors=["linear"], loads=loads, seeds=seeds, n_requests=n_requests, mean_oracle=False)
+    g = paired_vs(runs, POINT_SJF)
+    g = g[(g["policy"] == ORACLE[0]) & (g["predictor"] == ORACLE[1])].set_index("load")
+    m = runs[runs["metric"] == "per_token_latency_mean"].groupby(["load", "policy"])["value"].mean().unstack()
+    return pd.DataFrame({"load": m.index.astype(float), "fcfs": m["fcfs"].to_numpy(), "sjf": m["sjf"].to_numpy(),
+                         "oracle": m["oracle-sjf"].to_numpy(), "headroom": g.loc[m.index, "value"].to_numpy(),
+                         "ci_low": g.loc[m.index, "ci_low"].to_numpy(), "ci_high": g.loc[m.index, "ci_high"].to_numpy(),
+                         "p_value": g.loc[m.index, "p_value"].to_numpy(), "n_seeds": len(seeds)})
+
+
+def choose_loads(sweep: pd.DataFrame, n: int) -> list[float]:
+    """The `n` loads of a `headroom_sweep` where the oracle's headroom over point SJF is largest (ascending)."""
+    if n < 1 or n > len(sweep):
+        raise ValueError(f"n_loads={n}: choose between 1 and the {len(sweep)} candidate loads")
+    return sorted(float(x) for x in sweep.nlargest(n, "headroom")["load"])
+
+
+def headroom_markdown(sweep: pd.DataFrame, chosen: Sequence[float], hardware: str, seeds: Sequence[int]) -> str:
+    """The selection sweep: per candidate load, FCFS / point SJF / oracle ms/token and the oracle's headroom."""
+    lines = [f"Selection seeds {min(seeds)}–{max(seeds)} ({len(seeds)} seeds, never the reported ones), {hardware}: "
+             "mean per-token latency and the oracle's headroom over point SJF (1 − oracle/point SJF, paired over "
+             "seeds, 95% bootstrap interval, exact sign-flip p); the loads marked chosen are the reported ones.",
+             "",
+             "| load | FCFS (ms/token) | point SJF (ms/token) | oracle SJF (ms/token) | headroom over point SJF "
+             "[95% CI] | p (exact) | chosen |",
+             "|---:|---:|---:|---:|---:|---:|---|"]
+    for r in sweep.sort_values("load").itertuples():
+        mark = "chosen" if any(np.isclose(r.load, c) for c in chosen) else ""
+        lines.append(f"| {r.load:g} | {1e3 * r.fcfs:.1f} | {1e3 * r.sjf:.1f} | {1e3 * r.oracle:.1f} | "
+                     f"{100 * r.headroom:+.1f}% [{100 * r.ci_low:+.1f}, {100 * r.ci_high:+.1f}] | {r.p_value:.2g} | "
+                     f"{mark} |")
+    return "\n".join(lines)
+
+
+def nulls_markdown(gain: pd.DataFrame, load: float, alpha: float = 0.05) -> str:
+    """Every key against point SJF at one load, the oracle's headroom there first: gain [95% CI], exact p over
+    seeds, share of the headroom it takes (its gain / the oracle's; undefined where the headroom's own interval
+    reaches 0), and whether the exact test calls it a difference at `alpha`."""
+    at = gain[np.isclose(gain["load"], load) & (gain["metric"] == f"gain_vs_{POINT_SJF[0]}:{POINT_SJF[1]}")]
+    at = at.set_index(["policy", "predictor"])
+    if ORACLE not in at.index:
+        return ""
+    room = at.loc[ORACLE]
+    defined = room["ci_low"] > 0
+    lines = ["| policy | key | gain over point SJF [95% CI] | p (exact) | share of the headroom | exact test at 0.05 |",
+             "|---|---|---:|---:|---:|---|"]
+    rows = pd.concat([at.loc[[ORACLE]], at.drop(index=[ORACLE, POINT_SJF], errors="ignore")
+                      .sort_values("value", ascending=False)])
+    for (pol, pred), r in rows.iterrows():
+        share = f"{100 * r['value'] / room['value']:.0f}%" if defined else "undefined"
+        share = f"{share} (the headroom)" if (pol, pred) == ORACLE else share
+        call = ("better" if r["value"] > 0 else "worse") if r["p_value"] < alpha else "no difference shown"
+        lines.append(f"| {pol} | {pred} | {100 * r['value']:+.1f}% [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]"
+                     f" | {r['p_value']:.2g} | {share} | {call} |")
+    return "\n".join(lines)
 
 
 def sched_markdown(summary: pd.DataFrame, gain: pd.DataFrame, load: float) -> str:
@@ -122,4 +194,5 @@ def sched_markdown(summary: pd.DataFrame, gain: pd.DataFrame, load: float) -> st
     return "\n".join(lines)
 
 
-__all__ = ["paired_vs", "queue_tie_keys", "run_uncertainty_sched", "sched_markdown", "uncertainty_keys"]
+__all__ = ["choose_loads", "headroom_markdown", "headroom_sweep", "nulls_markdown", "paired_vs", "queue_tie_keys",
+           "run_uncertainty_sched", "sched_markdown", "uncertainty_keys"]

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from lengthpred.metrics import sign_flip_p  # noqa: F401  (re-exported: the exact paired test every table counts by)
 from lengthpred.serve.metrics import SLO, latency_metrics
 
 HEADLINES = ("per_token_latency_mean", "per_token_latency_p50", "ttft_mean", "ttft_p50", "jct_mean", "jct_p50",
@@ -36,21 +37,6 @@ MIN_REPEATS = 10  # fewer: no interval, the exact test only
 RUN_KEYS = ["policy", "predictor", "load", "seed"]
 COLUMNS = ["load", "policy", "predictor", "metric", "fcfs", "value", "gain", "diff_s", "n", "p_value", "ci_low",
            "ci_high", "interval", "loo_low", "loo_high", "loo_request"]
-
-
-def sign_flip_p(d: np.ndarray) -> float:
-    """Two-sided p-value of mean(d) = 0 by the exact sign-flip permutation test (NaN with no finite pair)."""
-    d = np.asarray(d, float)
-    d = d[np.isfinite(d)]
-    if len(d) == 0:
-        return math.nan
-    if len(d) < 2 or not np.any(d):  # one pair: both signs give the same |mean|, p = 1
-        return 1.0
-    n_res = np.inf if len(d) <= 20 else 100_000  # exact up to 2^20 sign patterns
-    res = stats.permutation_test((d,), lambda x, axis: np.mean(x, axis=axis), vectorized=True,
-                                 permutation_type="samples", n_resamples=n_res, alternative="two-sided",
-                                 random_state=0)
-    return float(res.pvalue)
 
 
 def gain_interval(f: np.ndarray, x: np.ndarray, level: float = 0.95, n_boot: int = 2000) -> tuple[float, float, str]:

@@ -4,7 +4,8 @@ known-truth checks (a synthetic trace; the trace re-capped at `distribution.shor
 
 Writes into `out_dir`: `dist_scores.csv`, `dist_pit.csv`, `dist_recap.csv`, `dist_synthetic.csv`, `dist.md`
 (the tables) and `dist_pit.png` (the PIT histograms); with `distribution.sched.enabled`, the schedulers
-that use the distributions against point SJF (`dist_sched.csv`, `dist_sched_gains.csv`, a table per load).
+that use the distributions against point SJF (`dist_sched.csv`, `dist_sched_gains.csv`, a table per load), at loads listed or chosen where the
+clairvoyant oracle's headroom over point SJF is largest (`dist_headroom.csv`), each key's gain beside that headroom.
 """
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ from lengthpred.data import load_prompts, load_splits
 from lengthpred.distributions import Observations, from_trace
 from lengthpred.errors import ConfigError
 from lengthpred.eval.dist_report import adapt_markdown, pit_figure, render, t3_adapt_markdown
-from lengthpred.eval.dist_sched import queue_tie_keys, run_uncertainty_sched, sched_markdown, uncertainty_keys
+from lengthpred.eval.dist_sched import (
+    choose_loads,
+    headroom_markdown,
+    headroom_sweep,
+    nulls_markdown,
+    queue_tie_keys,
+    run_uncertainty_sched,
+    sched_markdown,
+    uncertainty_keys,
+)
 from lengthpred.eval.distributional import (
     ALL_HEADS,
     DistSplit,
@@ -182,16 +192,19 @@ def run_dist(cfg: Any, out_dir: str | Path, log: Any = print) -> dict[str, pd.Da
             tails |= t
         samples = [test.obs.length[test.obs.row == r].astype(int).tolist() for r in range(len(test.X))]
         tokens = rows.groupby(rows["id"].astype(str))["prompt_tokens"].first().loc[ids["test"]].to_numpy(float)
-        log("[dist] simulating the schedulers")
+        loads, head_md = sched_loads(sc, samples, tokens, keys["linear"], out, log)
+        log(f"[dist] simulating the schedulers at loads {loads}")
         summary, gain = run_uncertainty_sched(samples, tokens, keys, hardware=str(sc.hardware),
-                                              loads=[float(x) for x in sc.loads], seeds=[int(x) for x in sc.seeds],
+                                              loads=loads, seeds=[int(x) for x in sc.seeds],
                                               n_requests=int(sc.n_requests), tails=tails,
                                               lower_bounds=["linear", *(f"{h}:q0.1" for h in sc.heads)])
         summary.to_csv(out / "dist_sched.csv", index=False)
         gain.to_csv(out / "dist_sched_gains.csv", index=False)
-        sched_md = "\n\n".join(
+        sched_md = head_md + "\n\n".join(
             f"### Schedulers using the distribution: load {ld:g} ({sc.hardware}, {len(sc.seeds)} seeds × "
-            f"{sc.n_requests} requests)\n\n" + sched_markdown(summary, gain, float(ld)) for ld in sc.loads)
+            f"{sc.n_requests} requests)\n\n" + sched_markdown(summary, gain, float(ld)) +
+            f"\n\n#### Every key against point SJF at load {ld:g}, beside the oracle's headroom\n\n" +
+            nulls_markdown(gain, float(ld)) for ld in loads)
         result |= {"sched": summary, "sched_gains": gain}
     adapt_md = ""
     ad = d.get("adapt")
@@ -219,6 +232,34 @@ def run_dist(cfg: Any, out_dir: str | Path, log: Any = print) -> dict[str, pd.Da
         "\n\n" + m for m in (sched_md, adapt_md) if m) + "\n")
     pit_figure(pit, out / "dist_pit.png", title=f"{info['data']}: PIT of one sampled length ({feature})")
     return result
+
+
+def sched_loads(sc: Any, samples: list[list[int]], tokens: np.ndarray, point: np.ndarray, out: Path,
+                log: Any = print) -> tuple[list[float], str]:
+    """The loads the schedulers are compared at, and the markdown that says how they were chosen: the listed
+    `sched.loads`, or under `loads: headroom` the `headroom.n_loads` loads of `headroom.candidates` where the
+    clairvoyant oracle's gain over point SJF is largest on `headroom.seeds` (disjoint from the reported `seeds`,
+    so the choice never sees the requests it is reported on; `dist_headroom.csv`)."""
+    if not isinstance(sc.loads, str):
+        return [float(x) for x in sc.loads], ""
+    if sc.loads != "headroom":
+        raise ConfigError(f"distribution.sched.loads={sc.loads!r}: a list of loads or 'headroom'")
+    hr = sc.get("headroom")
+    if hr is None:
+        raise ConfigError("distribution.sched.loads=headroom needs distribution.sched.headroom "
+                          "(candidates, seeds, n_loads)")
+    sel, rep = [int(x) for x in hr.seeds], [int(x) for x in sc.seeds]
+    if set(sel) & set(rep):
+        raise ConfigError(f"distribution.sched.headroom.seeds {sorted(set(sel) & set(rep))} are also reported "
+                          "seeds: choose the loads on other seeds")
+    log("[dist] choosing loads by the oracle's headroom over point SJF")
+    sweep = headroom_sweep(samples, tokens, point, hardware=str(sc.hardware),
+                           loads=[float(x) for x in hr.candidates], seeds=sel, n_requests=int(sc.n_requests))
+    loads = choose_loads(sweep, int(hr.n_loads))
+    sweep.assign(chosen=sweep["load"].isin(loads)).to_csv(out / "dist_headroom.csv", index=False)
+    md = ("### Where ordering can still matter: the oracle's headroom over point SJF\n\n" +
+          headroom_markdown(sweep, loads, str(sc.hardware), sel) + "\n\n")
+    return loads, md
 
 
 def run_evaluate_dist(cfg: Any, out: str | Path) -> Path:
