@@ -54,7 +54,9 @@ def file_digest(path: str | Path) -> str:
 
 
 def _is_bookkeeping(p: Path) -> bool:
-    return p.name.startswith(LOCK_NAME) or p.name.endswith((".lock", ".tmp", CHECKSUM_SUFFIX, BAD_SUFFIX))
+    """Locks, temps, checksums, quarantined files and the verification record: never content."""
+    return (p.name.startswith(LOCK_NAME) or p.name == VERIFIED
+            or p.name.endswith((".lock", ".tmp", CHECKSUM_SUFFIX, BAD_SUFFIX, ".held")))
 
 
 def tree_digest(root: str | Path, skip: Iterable[str] = (), *, use_checksums: bool = False) -> str:

@@ -167,3 +167,10 @@ def test_large_models_get_a_trimmed_default_set_said_in_words():
     assert budget.trim_for_model(default, n_layers=30, d=576) == (default, None)  # SmolLM2-135M: kept
     chosen = FeatureSettings(layers=(10, 20))
     assert budget.trim_for_model(chosen, n_layers=32, d=4096) == (chosen, None)  # an explicit choice: kept
+
+
+def test_the_verification_record_is_no_content_of_the_store(store):
+    before = integrity.tree_digest(store, use_checksums=True)  # what the pipeline records of a stage's output
+    (store / integrity.VERIFIED).unlink()
+    load_features(store)  # rewrites the record
+    assert (store / integrity.VERIFIED).is_file() and integrity.tree_digest(store, use_checksums=True) == before
