@@ -56,7 +56,7 @@ def split(inp: HeadInput, y: np.ndarray, n_train: int = 180):
 
 
 def test_registry_lists_every_head_and_rejects_unknown():
-    assert set(HEADS.names()) == {*NUMPY_HEADS, "estp_learned", "proxy_reg", "proxy_cls", "proxy_rank",
+    assert set(HEADS.names()) == {*NUMPY_HEADS, "estp_learned", "proxy_reg", "proxy_cls", "proxy_rank", "lora",
                                   "quantile_linear", "censored_lognormal", "concat"}
     with pytest.raises(ConfigError, match="valid: .*linear"):
         HEADS.get("lienar")

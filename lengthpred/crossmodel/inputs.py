@@ -27,13 +27,15 @@ def prompt_tokens(tokenizer: Any, records: Sequence[Mapping[str, Any]]) -> dict[
 
 @dataclass
 class PromptInputs:
-    """Rows aligned with `ids`: `features` {column name: [n, d]}, `texts`, `datasets`, `n_tokens` [n]."""
+    """Rows aligned with `ids`: `features` {column name: [n, d]}, `texts`, `datasets`, `n_tokens` [n], and each
+    prompt's chat `messages` (for heads that run the serving model)."""
 
     ids: list[str]
     features: dict[str, np.ndarray]
     texts: list[str]
     datasets: list[str]
     n_tokens: np.ndarray
+    messages: list[list[dict]] | None = None
 
     def __post_init__(self) -> None:
         self._row = {pid: i for i, pid in enumerate(self.ids)}
@@ -54,7 +56,7 @@ class PromptInputs:
             sub = features.subset(ids)
             cols = {c: sub.get(c) for c in columns}
         return cls(ids, cols, [prompt_text(r["messages"]) for r in records], [str(r["dataset"]) for r in records],
-                   np.array([float(n_tokens[i]) for i in ids]))
+                   np.array([float(n_tokens[i]) for i in ids]), [list(r["messages"]) for r in records])
 
     def rows(self, ids: Sequence[str]) -> np.ndarray:
         return np.array([self._row[i] for i in ids], dtype=np.int64)
@@ -68,6 +70,7 @@ class PromptInputs:
             ids=list(ids),
             features=None if feature is None else self.features[feature][r],
             texts=[self.texts[i] for i in r],
+            messages=None if self.messages is None else [self.messages[i] for i in r],
             domains=[self.datasets[i] for i in r],
             n_prompt_tokens=self.n_tokens[r],
         )

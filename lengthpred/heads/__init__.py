@@ -17,6 +17,7 @@ its X is that field as plain data:
 | concat | `features` | [n, k·d] float array: k columns side by side (head config `layers`), e.g. `hs.L16.last ‖ hs.L20.last` |
 | estp_learned | `tokens` | n arrays [t_i, d + 2]: one layer's token states ‖ entropy ‖ attention received |
 | proxy_reg, proxy_cls, proxy_rank | `texts` | list of n prompt strings |
+| lora | `messages` | list of n chats (lists of {role, content} messages), templated as the serving model reads them |
 | prompt_len | `n_prompt_tokens` | [n, 1] float array |
 | constant | `ids` | anything with n rows (only counted) |
 | domain_median | `domains` | [n, 1] object array of domain labels |
@@ -25,7 +26,7 @@ its X is that field as plain data:
 per-prompt target in tokens, where a capped generation counts as the cap (a lower bound).
 """
 
-from lengthpred.heads import baselines, binned, concat, distributional, fusion, linear, proxy  # noqa: F401  (registers the heads)
+from lengthpred.heads import baselines, binned, concat, distributional, fusion, linear, lora, proxy  # noqa: F401  (registers the heads)
 from lengthpred.heads.base import (
     HEADS,
     BaseHead,
@@ -43,6 +44,7 @@ from lengthpred.heads.concat import ConcatLinearHead
 from lengthpred.heads.distributional import CensoredLogNormalHead, QuantileLinearHead
 from lengthpred.heads.fusion import ESTPLearnedHead
 from lengthpred.heads.linear import LinearHead, PromptLenHead
+from lengthpred.heads.lora import LoraHead
 from lengthpred.heads.proxy import ProxyClsHead, ProxyRankHead, ProxyRegHead
 from lengthpred.heads.settings import HeadSettings
 from lengthpred.heads.training import build_head, predictions_frame, run_training, score
@@ -62,6 +64,7 @@ __all__ = [
     "HeadInputError",
     "LabeledSet",
     "LinearHead",
+    "LoraHead",
     "NoDistributionError",
     "NoPointError",
     "Points",

@@ -98,6 +98,7 @@ def labeled_set(
         features=x,
         tokens=tokens,
         texts=[prompt_text(r["messages"]) for r in recs],
+        messages=[list(r["messages"]) for r in recs],
         domains=[str(r.get("domain", "")) for r in recs],
         n_prompt_tokens=n_tok,
     )

@@ -19,7 +19,7 @@ from lengthpred.registry import Registry
 
 HEADS: Registry[type[BaseHead]] = Registry("head")
 
-InputKind = Literal["features", "tokens", "texts", "domains", "n_prompt_tokens", "ids"]
+InputKind = Literal["features", "tokens", "texts", "messages", "domains", "n_prompt_tokens", "ids"]
 STATE_FILE = "head.safetensors"
 META_FILE = "head.json"
 
@@ -34,7 +34,9 @@ class HeadInput:
 
     `features`: [n, d] float (one feature column such as `hs.L20.last`), `tokens`: n arrays [t_i, d + 2]
     (one layer's token-level states ‖ next-token entropy ‖ attention received, for heads that learn their
-    pooling), `texts`: prompt strings (proxy heads), `domains`: domain labels (domain_median), `n_prompt_tokens`: [n] (prompt_len);
+    pooling), `texts`: prompt strings (proxy heads), `messages`: each prompt's chat as the serving model's
+    template reads it (heads that run the serving model: lora), `domains`: domain labels (domain_median),
+    `n_prompt_tokens`: [n] (prompt_len);
     `ids` doubles as the X of heads that only count rows (constant).
     """
 
@@ -42,6 +44,7 @@ class HeadInput:
     features: np.ndarray | None = None
     tokens: list[np.ndarray] | None = None
     texts: list[str] | None = None
+    messages: list[list[dict]] | None = None
     domains: list[str] | None = None
     n_prompt_tokens: np.ndarray | None = None
 
@@ -162,6 +165,10 @@ class BaseHead(RegressorMixin, BaseEstimator):
     def predict_mean(self, X: Any) -> np.ndarray:
         """Estimated mean length per row: the point squared error rewards."""
         return self.predict_point(X, "mean")
+
+    def check_config(self) -> None:
+        """Set-up errors a head can find before any data is read or any fit runs (one line each; none by default).
+        `run_training` calls it on every candidate of the search first."""
 
     def tune_on_validation(self, X: Any, y: Any) -> BaseHead:
         """Choices a fitted head makes on validation data (never test), after its fit: none by default.

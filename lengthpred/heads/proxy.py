@@ -154,37 +154,60 @@ class ProxyHead(BaseHead):
     # -- fitting -------------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> ProxyHead:
         self._validate_params()
-        texts = _texts(X)
-        y = check_targets(y, len(texts))
+        items = self._inputs(X)
+        y = check_targets(y, len(items))
         if np.any(y < 0):
-            raise HeadInputError("proxy heads need lengths >= 0")
+            raise HeadInputError(f"{self.name} heads need lengths >= 0")
         torch.manual_seed(self.random_state)
-        self._build(self._encoder_dir(), pretrained=True)
-        self._to(resolve_device(self.device))
+        self._build_for_fit()
         self._fit_targets(y)
-        params = list(self.encoder_.parameters()) + list(self.out_.parameters())
+        params = self._trainable()
         opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         rng = np.random.default_rng(self.random_state)
         batch = self.group_size if self.objective == "rank" else self.batch_size
         t0 = time.perf_counter()
         with torch_threads(self.n_threads):
-            self.encoder_.train()
+            train = self._train_inputs(items, y)
+            self._train_mode(True)
             for epoch in range(self.epochs):
-                batches = self._batches(texts, rng, batch)
+                batches = self._batches(items, rng, batch)
                 for b in tqdm(
                     batches, desc=f"{self.name} epoch {epoch + 1}/{self.epochs}", disable=not self.progress
                 ):
-                    out = self._forward([texts[i] for i in b])
+                    out = self._train_forward([train[i] for i in b])
                     loss = self._loss(out, y[b])
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
-            self.encoder_.eval()
-            self._calibrate(self._raw_predict(texts), y)
+            self._train_mode(False)
+            self._calibrate(self._raw_from(self._outputs(train, self._train_forward)), y)
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
-    def _batches(self, texts: list[str], rng: np.random.Generator, size: int) -> list[np.ndarray]:
+    # -- the hooks a model-fine-tuning head overrides (lengthpred.heads.lora: the serving model with LoRA) ------
+    def _inputs(self, X: Any) -> list[Any]:
+        """X as the per-prompt items `_forward` reads (here: prompt strings), checked before any work."""
+        return _texts(X)
+
+    def _build_for_fit(self) -> None:
+        self._build(self._encoder_dir(), pretrained=True)
+        self._to(resolve_device(self.device))
+
+    def _trainable(self) -> list[nn.Parameter]:
+        return list(self.encoder_.parameters()) + list(self.out_.parameters())
+
+    def _train_inputs(self, items: list[Any], y: np.ndarray) -> list[Any]:
+        """What `_train_forward` reads per training prompt (here the items themselves; a head may precompute
+        what its frozen part makes of them once, instead of once per epoch, and start its output from `y`)."""
+        return items
+
+    def _train_forward(self, batch: list[Any]) -> torch.Tensor:
+        return self._forward(batch)
+
+    def _train_mode(self, on: bool) -> None:
+        self.encoder_.train(on)
+
+    def _batches(self, texts: list[Any], rng: np.random.Generator, size: int) -> list[np.ndarray]:
         """Shuffled batches; within chunks of 8 batches, similar lengths go together (less padding)."""
         order = rng.permutation(len(texts))
         if self.objective != "rank":
@@ -231,7 +254,7 @@ class ProxyHead(BaseHead):
             log.warning("%s: no training-length shape to choose (fitted with another within_bin): kept %s",
                         self.name, self.within_bin_)
             return self
-        texts = _texts(X)
+        texts = self._inputs(X)
         with torch_threads(self.n_threads):
             p = _softmax(self._outputs(texts))
         self.within_bin_, self.bucket_knots_, self.within_bin_mae_ = choose_knots(
@@ -249,12 +272,14 @@ class ProxyHead(BaseHead):
             return nn.functional.cross_entropy(out, torch.from_numpy(self._bucket(y)).to(out.device))
         return listmle_loss(out[:, 0], torch.from_numpy(y).to(out.device))
 
-    def _outputs(self, texts: list[str]) -> np.ndarray:
-        """[n, n_out] network outputs: standardised log length (reg), bucket logits (cls), a score (rank)."""
+    def _outputs(self, texts: list[Any], forward: Any = None) -> np.ndarray:
+        """[n, n_out] network outputs: standardised log length (reg), bucket logits (cls), a score (rank);
+        `forward` (default `_forward`) maps a batch of items to outputs."""
+        forward = forward or self._forward
         outs = []
         with torch.no_grad():
             for i in range(0, len(texts), self.batch_size):
-                outs.append(self._forward(texts[i : i + self.batch_size]).double().cpu())
+                outs.append(forward(texts[i : i + self.batch_size]).double().cpu())
         out = torch.cat(outs) if outs else torch.zeros((0, self._n_out()), dtype=torch.float64)
         return out.numpy()
 
@@ -278,7 +303,7 @@ class ProxyHead(BaseHead):
 
     def predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
-        texts = _texts(X)
+        texts = self._inputs(X)
         with torch_threads(self.n_threads):
             raw = self._raw_predict(texts)
         if self.objective == "rank":
@@ -290,7 +315,7 @@ class ProxyHead(BaseHead):
     def predict_points(self, X: Any) -> Points:
         """The configured prediction, median and mean from one encoder pass (module docstring)."""
         check_is_fitted(self)
-        texts = _texts(X)
+        texts = self._inputs(X)
         with torch_threads(self.n_threads):
             out = self._outputs(texts)
         raw = self._raw_from(out)

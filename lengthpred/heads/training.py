@@ -287,7 +287,7 @@ def run_training(
     else:
         candidates = sample_candidates(head_name, settings.select, search)
     for cand in candidates:
-        build_head(head_name, **(params | cand))  # bad keys fail before any work
+        build_head(head_name, **(params | cand)).check_config()  # bad keys and set-ups fail before any work
     seed_params = _seed_params(head_name, params, int(n_seeds))
     validate_set("train", train, klass, need_ranking=False)
     validate_set("test", test, klass, need_ranking=True)
