@@ -180,7 +180,10 @@ RULES: dict[str, Rule] = {
     "distribution.layer": integer(0),
     "distribution.short_cap": integer(1),
     "distribution.n_boot": integer(1),
-    "distribution.sched.loads": each(POSITIVE),
+    "distribution.sched.loads": lambda v: None if v == "headroom" else each(POSITIVE)(v),  # or chosen by headroom
+    "distribution.sched.headroom.candidates": each(POSITIVE),
+    "distribution.sched.headroom.seeds": each(integer()),
+    "distribution.sched.headroom.n_loads": integer(1),
     "distribution.sched.seeds": each(integer()),
     "distribution.sched.n_requests": integer(1),
     "distribution.sched.beta": number(0),
