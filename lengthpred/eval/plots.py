@@ -253,3 +253,35 @@ def head_scores(heads: pd.DataFrame, path: str | Path, title: str = "") -> Path 
     fig.colorbar(im, ax=ax, label="validation Spearman, that head alone")
     ax.set_title((title + "\n" if title else "") + "red: the heads chosen on validation", fontsize=8)
     return _save(fig, path)
+
+
+def learning_curve_figure(points: pd.DataFrame, trends: dict[str, tuple[float, float, float]], ceiling: float,
+                          share: float, path: str | Path, title: str = "") -> Path:
+    """Test Spearman against train prompts (log axis): each resample's point, the mean per size, the fitted
+    a − b·n^(−c) of each head (`trends`: head → (a, b, c)) drawn out to 8× the largest train set, the noise ceiling
+    and `share` of it."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    n_max = float(points["n_train"].max())
+    grid = np.geomspace(float(points["n_train"].min()), 8 * n_max, 200)
+    for i, (head, g) in enumerate(points.groupby("head", sort=True)):
+        color = f"C{i}"
+        ax.scatter(g["n_train"], g["test_spearman"], s=12, color=color, alpha=0.5)
+        m = g.groupby("n_train")["test_spearman"].mean()
+        ax.plot(m.index, m.to_numpy(), "o-", color=color, label=f"{head} (mean over resamples)")
+        a, b, c = trends.get(head, (math.nan, math.nan, math.nan))
+        if all(map(math.isfinite, (a, b, c))):
+            ax.plot(grid, a - b * grid ** (-c), "--", color=color, lw=1, label=f"{head}: fitted a − b·n^(−c)")
+    ax.axhline(ceiling, color="k", lw=1, label="noise ceiling (test)")
+    ax.axhline(share * ceiling, color="k", lw=1, ls=":", label=f"{share:.2f} of the ceiling")
+    ax.axvline(n_max, color="0.6", lw=0.8)
+    ax.set_xscale("log")
+    plain_log_axis(ax.xaxis)
+    ax.set_xlabel("train prompts")
+    ax.set_ylabel("test Spearman (pooled)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130, metadata=_PNG_META)
+    plt.close(fig)
+    return path

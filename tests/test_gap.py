@@ -1,0 +1,117 @@
+"""Where the gap to the noise ceiling is: learning curves, their fitted trend, and the error breakdown."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lengthpred.errors import DataError
+from lengthpred.eval.error_breakdown import all_wrong, bins, breakdown, domain_mix, noise_table
+from lengthpred.eval.learning_curve import (
+    CurvePoint,
+    ceiling_rows,
+    check_fractions,
+    fit_power_law,
+    size_to_reach,
+    stratified_rows,
+    trend,
+)
+from lengthpred.metrics import noise_ceiling
+from tests.test_eval_dist import _write_reference
+from tests.test_heads_training import trace_run  # noqa: F401  (the fixture)
+
+
+def test_fractions_are_checked_in_one_line_before_any_fit():
+    assert check_fractions([0.125, 0.5, 1.0], 1440) == [180, 720, 1440]
+    with pytest.raises(DataError, match=r"fraction 0.01 of 1440 train prompts is 14 \(< 30\).*allows is 0.021"):
+        check_fractions([0.01, 1.0], 1440)
+    with pytest.raises(DataError, match=r"fraction 1.5: use fractions in \(0, 1\]"):
+        check_fractions([1.5], 1440)
+    with pytest.raises(DataError, match="fraction 0"):
+        check_fractions([0], 1440)
+
+
+def test_subsamples_keep_each_domains_share_and_are_seeded():
+    domains = ["a"] * 80 + ["b"] * 40
+    rows = stratified_rows(domains, 0.25, seed=1)
+    assert sum(domains[i] == "a" for i in rows) == 20 and sum(domains[i] == "b" for i in rows) == 10
+    assert rows == stratified_rows(domains, 0.25, seed=1) != stratified_rows(domains, 0.25, seed=2)
+    assert stratified_rows(domains, 1.0, seed=5) == list(range(120))
+
+
+def test_the_power_law_is_recovered_and_solved_for_the_target():
+    n = np.array([100, 200, 400, 800, 1600])
+    a, b, c = fit_power_law(n, 0.85 - 2.0 * n ** -0.5)
+    assert (a, b, c) == pytest.approx((0.85, 2.0, 0.5), rel=1e-3)
+    n_star = size_to_reach(a, b, c, 0.80)
+    assert a - b * n_star ** -c == pytest.approx(0.80, abs=1e-6)
+    assert math.isinf(size_to_reach(0.78, 1.0, 0.5, 0.80))  # the asymptote stays below: never
+
+
+def test_bootstrap_ceiling_row_zero_is_the_ceiling_of_the_data():
+    rng = np.random.default_rng(0)
+    mu = rng.normal(5, 0.7, 200)
+    S = np.exp(mu[:, None] + rng.normal(0, 0.5, (200, 3)))
+    got = ceiling_rows(S)(np.arange(200)[None, :])[0]
+    assert got == pytest.approx(noise_ceiling(S.tolist(), k=3).ceiling_mean_k, rel=1e-9)
+
+
+def synthetic(n=300, seed=0):
+    rng = np.random.default_rng(seed)
+    mu = rng.normal(5, 0.7, n)
+    S = np.minimum(np.exp(mu[:, None] + rng.normal(0, 0.4, (n, 3))), 1000)
+    y = S.mean(axis=1)
+    return mu, S, y
+
+
+def test_trend_on_a_head_that_improves_with_data():
+    mu, S, y = synthetic()
+    rng = np.random.default_rng(1)
+    pts = []
+    for n_train, noise in ((100, 1.2), (200, 0.8), (400, 0.55), (800, 0.42), (1600, 0.35)):
+        for r in range(3):
+            pts.append(CurvePoint("h", n_train / 1600, n_train, r, math.nan, math.nan,
+                                  np.exp(mu + rng.normal(0, noise, len(mu))), 1.0))
+    t = trend(pts, y, S, share=0.9, n_boot=200, seed=0)
+    assert t.ceiling > 0.8 and t.target == pytest.approx(0.9 * t.ceiling)
+    assert t.a_ci[0] <= t.a <= t.a_ci[1] and t.gain_last_doubling > 0
+    assert 0 < t.full_share < 1.1 and 0 <= t.reachable_share <= 1
+
+
+def test_breakdown_and_the_prompts_every_head_gets_wrong():
+    mu, S, y = synthetic(240)
+    rng = np.random.default_rng(2)
+    frame = pd.DataFrame({"id": [str(i) for i in range(240)], "domain": np.repeat(["a", "b", "c"], 80), "y_true": y,
+                          "prompt_tokens": rng.integers(10, 500, 240), "capped_frac": (S >= 1000).mean(axis=1)})
+    frame["pred:good"] = np.exp(mu + rng.normal(0, 0.2, 240))
+    frame["pred:bad"] = np.exp(mu + rng.normal(0, 0.2, 240))
+    frame.loc[:9, ["pred:good", "pred:bad"]] *= 5  # ten prompts both heads miss by 5x
+    assert all_wrong(frame, S, ["good", "bad"]).sum() >= 10
+    assert bins(frame, "answer length").nunique() == 4 and set(bins(frame, "domain")) == {"a", "b", "c"}
+    bd = breakdown(frame, S, ["good", "bad"], "domain", n_boot=100)
+    assert list(bd["bin"]) == ["a", "b", "c"] and (bd["n"] == 80).all()
+    assert (bd["good:spearman_low"] <= bd["good:spearman"]).all() and (bd["good:spearman"] <= bd["good:spearman_high"]).all()
+    nt = noise_table(frame, S, ["good", "bad"], n_boot=100).set_index("group")
+    wrong = nt.index[0]
+    assert nt.loc[wrong, "n"] >= 10 and nt.loc[wrong, "within_2se"] < 0.2  # 5x misses are not sampling noise
+    mix = domain_mix(frame, all_wrong(frame, S, ["good", "bad"]))
+    assert mix.loc["a", "wrong"] >= 10 and mix["test"].sum() == 240
+
+
+def test_the_stage_end_to_end_on_the_tiny_model(trace_run):  # noqa: F811
+    from lengthpred.stages.gap import run_gap
+
+    cfg = trace_run("linear", "targets_from=generations", "generate.max_new_tokens=60", "gap.heads=[linear]", "+gap.head_overrides.linear={layer: 2}",
+                    "gap.fractions=[0.5,1.0]", "gap.resamples=2", "gap.min_train=2", "gap.n_boot=50")
+    _write_reference(cfg, cap=60)
+    out = run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
+    assert set(out["points"]["fraction"]) == {0.5, 1.0} and len(out["points"]) == 4
+    md = open(f"{cfg.paths.output_dir}/gap.md").read()
+    assert "### Fitted trend" in md and "### By domain" in md and "Prompts every head gets wrong" in md
+    cfg.gap.fractions = [0.01, 1.0]
+    cfg.gap.min_train = 5
+    with pytest.raises(DataError, match="fraction 0.01"):
+        run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
