@@ -1,0 +1,29 @@
+"""Why the readout keeps layer 20 where validation prefers another, with both scores side by side: the configured
+layer and the layer the validation curve chooses, each with its validation and test Spearman, read from the
+committed layer-curve rows (t1-in-domain/bench_layer_curve-*.csv)."""
+
+from __future__ import annotations
+
+from docsgen import mdtable
+from docsgen.registry import helper
+from docsgen.results import Results
+from docsgen.studies import DATA
+
+CHOSEN = f"{DATA}/t1-in-domain/bench_layer_curve-1.csv"
+PER_LAYER = f"{DATA}/t1-in-domain/bench_layer_curve-2.csv"
+
+
+@helper
+def layer_choice(res: Results, configured: int = 20) -> str:
+    """Per readout: the configured layer and the validation-chosen one, their val and test Spearman."""
+    chosen = res.csv(CHOSEN, columns=("Head", "Chosen layer", "Layers swept"))
+    per = res.csv(PER_LAYER, columns=("layer", "linear val", "linear test", "probe val", "probe test"))
+    rows = []
+    for head in ("linear", "probe"):
+        c = res.row(CHOSEN, chosen, Head=head)
+        for layer, how in ((str(configured), "configured (set by the pilot, before the bench)"),
+                           (c["Chosen layer"], f"chosen on validation (argmax over {c['Layers swept']} layers)")):
+            r = res.row(PER_LAYER, per, layer=layer)
+            rows.append([head, layer, how, r[f"{head} val"], r[f"{head} test"]])
+    return mdtable.render(mdtable.MdTable(["readout", "layer", "how", "val Spearman", "test Spearman [95% CI]"],
+                                          ["---", "---:", "---", "---:", "---:"], rows))
