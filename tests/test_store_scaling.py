@@ -174,3 +174,13 @@ def test_the_verification_record_is_no_content_of_the_store(store):
     (store / integrity.VERIFIED).unlink(missing_ok=True)
     load_features(store)  # writes the record
     assert (store / integrity.VERIFIED).is_file() and integrity.tree_digest(store, use_checksums=True) == before
+
+
+def test_a_models_shape_comes_from_its_config_never_from_a_hub(tmp_path):
+    from lengthpred.models.checkpoint import layer_shape
+    from lengthpred.models.specs import ModelSpec
+
+    assert layer_shape(ModelSpec(name="hub", hf_id="org/never-fetched")) is None  # no network, no cache lookup
+    assert layer_shape(ModelSpec(name="8b", hf_id="org/m", num_hidden_layers=32, hidden_size=4096)) == (32, 4096)
+    (tmp_path / "config.json").write_text('{"num_hidden_layers": 28, "hidden_size": 3584}')
+    assert layer_shape(ModelSpec(name="local", path=str(tmp_path))) == (28, 3584)

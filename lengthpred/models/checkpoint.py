@@ -170,23 +170,20 @@ def load_tokenizer(spec: ModelSpec):
 
 @functools.lru_cache(maxsize=8)
 def layer_shape(spec: ModelSpec) -> tuple[int, int] | None:
-    """(decoder layers, hidden size) of a model from its config alone (no weights), for sizing its feature store;
-    None for the embedded model (small, and its config needs the GGUF converted) or a config that cannot be read."""
+    """(decoder layers, hidden size) of a model without loading it, for sizing its feature store: the spec's own
+    `num_hidden_layers`/`hidden_size`, else a local checkpoint's config.json; None otherwise (the embedded model,
+    a hub id without them). Never reaches a hub, so the answer, and the store key it shapes, cannot change with
+    what a cache happens to hold."""
     if spec.tiny:
         from lengthpred.models.tiny import TINY_HIDDEN, TINY_LAYERS
 
         return TINY_LAYERS, TINY_HIDDEN
-    if spec.package:
+    if spec.num_hidden_layers and spec.hidden_size:
+        return int(spec.num_hidden_layers), int(spec.hidden_size)
+    if not spec.path or spec.gguf_file:
         return None
     try:
-        if spec.path and not spec.gguf_file:
-            config = json.loads((resolve(spec.path) / "config.json").read_text())
-        elif spec.hf_id:
-            from transformers import AutoConfig
-
-            config = AutoConfig.from_pretrained(spec.hf_id).to_dict()
-        else:
-            return None
+        config = json.loads((resolve(spec.path) / "config.json").read_text())
     except (OSError, ValueError) as e:
         log.debug("no config for %s: %s", spec.name, e)
         return None

@@ -30,6 +30,10 @@ class ModelSpec:
     # null: one device (a model too large for its GPU is spread when there are more); auto | balanced | sequential:
     # accelerate spreads the layers over every visible GPU (lengthpred.models.device.choose_device_map)
     device_map: str | None = None
+    # the model's shape, for sizing its feature store before any weight loads (lengthpred.features.budget): set in
+    # the configs of hub models; a local checkpoint's is read from its config.json; never fetched from a hub
+    num_hidden_layers: int | None = None
+    hidden_size: int | None = None
 
     def __post_init__(self) -> None:
         sources = [bool(self.package), bool(self.path), bool(self.hf_id), self.tiny]
