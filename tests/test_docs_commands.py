@@ -66,7 +66,9 @@ def check(cmd: str) -> None:
         script_at = next((i for i, p in enumerate(parts) if p.endswith(".py")), None)
         parts = ["python", *parts[script_at:]] if script_at is not None else []
     if parts and parts[0] == "lengthpred" and len(parts) > 1 and (REPO_ROOT / f"scripts/{parts[1]}.py").is_file():
-        parts = ["python", f"scripts/{parts[1]}.py", *parts[2:]]  # the console script runs a stage by name
+        from lengthpred.command import expand_shards  # --shards N is the console script's, not Hydra's
+
+        parts = ["python", f"scripts/{parts[1]}.py", *expand_shards(parts[2:])]  # it runs a stage by name
     if not parts or not parts[0].endswith("python"):
         return  # another tool's command (vllm, sbatch, pip, ...): shlex parsed it, which is all this test can say
     if parts[1] == "-m":

@@ -34,6 +34,8 @@ STAGES: dict[str, str] = {
     "castillo": "lengthpred.stages.castillo:run_castillo_stage",
     "castillo_within_bin": "lengthpred.stages.castillo_within_bin:run_castillo_within_bin",
     "serve": "lengthpred.stages.serve:run_serve",
+    "serve_bench": "lengthpred.stages.serve_bench:run_serve_bench",
+    "gap": "lengthpred.stages.gap:run_gap_stage",
     "demo": "lengthpred.pipeline:run_demo",  # every stage in order, cached (scripts/demo.py)
 }
 # what `lengthpred --help` says each group does
@@ -43,7 +45,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "heads": ("train", "stack", "sweep_features", "sweep_layers", "sweep_poolings", "sweep_attention", "adapt",
               "decode_curve", "decode_online"),
     "scheduling and serving": ("simulate", "simulate_traces", "simulate_batching", "simulate_refined",
-                               "simulate_spec", "measure_acceptance", "serve"),
-    "results": ("measure_costs", "evaluate", "evaluate_dist", "make_tables", "castillo", "castillo_within_bin"),
+                               "simulate_spec", "measure_acceptance", "serve", "serve_bench"),
+    "results": ("measure_costs", "evaluate", "evaluate_dist", "make_tables", "castillo", "castillo_within_bin",
+                "gap"),
     "pipeline": ("demo",),
 }
