@@ -111,6 +111,19 @@ def test_the_stage_end_to_end_on_the_tiny_model(trace_run):  # noqa: F811
     assert set(out["points"]["fraction"]) == {0.5, 1.0} and len(out["points"]) == 4
     md = open(f"{cfg.paths.output_dir}/gap.md").read()
     assert "### Fitted trend" in md and "### By domain" in md and "Prompts every head gets wrong" in md
+    assert "| linear | 2 |" in md  # the reach table: both draws at the full train set
+    # a train run's predictions join the breakdown and the reach table, one array per seed column
+    from lengthpred.data import load_splits
+    from lengthpred.heads.assemble import indomain_ids
+
+    ids = indomain_ids(load_splits(cfg.data))["test"]
+    pd.DataFrame({"id": ids, "split": ["indomain/all/test"] * len(ids), "y_pred": np.arange(len(ids)) + 10.0,
+                  "y_pred_seed0": np.arange(len(ids)) + 10.0, "y_pred_seed1": np.arange(len(ids)) + 11.0}
+                 ).to_parquet(f"{cfg.paths.output_dir}/extra.parquet")
+    cfg.gap.extra_predictions = {"other": f"{cfg.paths.output_dir}/extra.parquet"}
+    out = run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
+    reach = out["reach"].set_index("head")
+    assert reach.loc["other", "seeds"] == 2 and "other Spearman" in open(f"{cfg.paths.output_dir}/gap.md").read()
     cfg.gap.fractions = [0.01, 1.0]
     cfg.gap.min_train = 5
     with pytest.raises(DataError, match="fraction 0.01"):

@@ -43,7 +43,8 @@ def _differs(have: Mapping[str, Any], want: Mapping[str, Any]) -> str | None:
         return (f"was started in {n} shard(s) (shard=i/{n}) and this run asks shard=?/{want.get('shards')}: run its "
                 f"remaining shards with shard=i/{n}")
     for key, what in (("model", "model"), ("source", "checkpoint"), ("layers", "layer set")):
-        if key in have and have.get(key) != want.get(key):
+        # a writer that does not say (a library call without `source`) is not a different one
+        if have.get(key) is not None and want.get(key) is not None and have[key] != want[key]:
             return (f"was written by {what} {have.get(key)} and this run has {want.get(key)}: give this run its own "
                     f"folder (another model.name)")
     return None

@@ -7,7 +7,8 @@ heads' full-train fits (and of any `gap.extra_predictions`, e.g. the lora head's
 domain, prompt length, capped share and answer length, and the prompts every head gets wrong set against their
 own sample spread (lengthpred.eval.error_breakdown).
 
-Writes into `out_dir`: `gap_points.csv`, `gap_trend.csv`, `gap_breakdown.csv`, `gap_noise.csv`,
+Writes into `out_dir`: `gap_reach.csv` (every head at its full train set against `gap.share` of the ceiling),
+`gap_points.csv`, `gap_trend.csv`, `gap_breakdown.csv`, `gap_noise.csv`,
 `gap_wrong_domains.csv`, `learning_curve.png` and `gap.md` (the tables; `python -m docsgen.convert --ingest
 <out>/gap.md --as bench_gap` makes them committed rows).
 """
@@ -28,6 +29,7 @@ from lengthpred.eval.learning_curve import (
     MIN_TRAIN,
     CurvePoint,
     Trend,
+    ceiling_rows,
     check_fractions,
     learning_curve,
     points_frame,
@@ -37,7 +39,9 @@ from lengthpred.eval.plots import learning_curve_figure
 from lengthpred.heads import HEADS, HeadSettings, run_training
 from lengthpred.heads.assemble import indomain_ids
 from lengthpred.heads.base import LabeledSet
+from lengthpred.metrics import spearman_rows
 from lengthpred.names import SplitName
+from lengthpred.seeds import seed_columns
 from lengthpred.stages.heads import head_config, plain
 from lengthpred.stages.train import load_stage_inputs
 
@@ -68,16 +72,40 @@ def _fitter(name: str, settings: HeadSettings, val: LabeledSet, test: LabeledSet
     return fit
 
 
-def extra_predictions(path: str | Path, ids: list[str]) -> np.ndarray:
-    """A train run's in-domain test predictions (`predictions.parquet`, first seed), in the order of `ids`."""
+def extra_predictions(path: str | Path, ids: list[str]) -> list[np.ndarray]:
+    """A train run's in-domain test predictions (`predictions.parquet`), one array per seed (its seed columns, or
+    `y_pred` for a one-seed head), first seed first, in the order of `ids`."""
     p = pd.read_parquet(path)
     p = p[[SplitName.parse(s).part == "test" and str(s).startswith("indomain/") for s in p["split"]]]
     p = p.drop_duplicates("id")
-    by_id = pd.Series(p["y_pred"].to_numpy(float), index=p["id"].astype(str))
-    missing = [i for i in ids if i not in by_id.index]
+    p = p.set_index(p["id"].astype(str).to_numpy())
+    missing = [i for i in ids if i not in p.index]
     if missing:
         raise DataError(f"{path}: {len(missing)} test prompts have no prediction (e.g. {missing[:3]})")
-    return by_id.loc[ids].to_numpy(float)
+    cols = seed_columns(p.columns) or ["y_pred"]
+    return [p.loc[ids, c].to_numpy(float) for c in cols]
+
+
+def reach_table(seeds: dict[str, list[np.ndarray]], y: np.ndarray, samples: np.ndarray, *, share: float,
+                n_boot: int, seed: int) -> pd.DataFrame:
+    """Per head (its predictions per seed): the first seed's test Spearman and its share of the test ceiling with
+    95% bootstrap intervals over test prompts (the same replicates for every head and the ceiling), the seed mean
+    ± sd, and whether the share's interval lies above `share` (reached), below it (not reached) or spans it."""
+    rng = np.random.default_rng(seed)
+    idx = np.vstack([np.arange(len(y))[None, :], rng.integers(0, len(y), size=(n_boot, len(y)))])
+    ceil = ceiling_rows(samples)(idx)
+    rows = []
+    for h, preds in seeds.items():
+        rho = spearman_rows(y[idx], preds[0][idx])
+        ratio = rho / ceil
+        means = [float(spearman_rows(y[None, :], p[None, :])[0]) for p in preds]
+        lo, hi = np.nanquantile(rho[1:], [0.025, 0.975])
+        rlo, rhi = np.nanquantile(ratio[1:], [0.025, 0.975])
+        verdict = "reached" if rlo >= share else "not reached" if rhi < share else "not shown either way"
+        rows.append({"head": h, "seeds": len(preds), "spearman": rho[0], "spearman_low": lo, "spearman_high": hi,
+                     "seed_mean": float(np.mean(means)), "seed_sd": float(np.std(means, ddof=1)) if len(means) > 1
+                     else math.nan, "share": ratio[0], "share_low": rlo, "share_high": rhi, "verdict": verdict})
+    return pd.DataFrame(rows)
 
 
 def run_gap(cfg: DictConfig, out_dir: str | Path, log: Any = print) -> dict[str, Any]:
@@ -113,12 +141,16 @@ def run_gap(cfg: DictConfig, out_dir: str | Path, log: Any = print) -> dict[str,
                           "prompt_tokens": test.inputs.n_prompt_tokens, "capped_frac": test.capped_frac})
     if frame["prompt_tokens"].isna().any():
         raise DataError("gap: the feature store has no n_prompt_tokens column for the prompt-length breakdown")
-    for h in heads:
-        frame[f"pred:{h}"] = next(p.y_pred for p in points if p.head == h and p.n_train == full and p.resample == 0)
+    per_seed = {h: [p.y_pred for p in sorted(points, key=lambda p: p.resample) if p.head == h and p.n_train == full]
+                for h in heads}
     extra = {str(k): str(v) for k, v in (OmegaConf.to_container(g.extra_predictions) or {}).items()}
     for h, path in extra.items():
-        frame[f"pred:{h}"] = extra_predictions(path, list(test.inputs.ids))
+        per_seed[h] = extra_predictions(path, list(test.inputs.ids))
+    for h, preds in per_seed.items():
+        frame[f"pred:{h}"] = preds[0]
     every = [*heads, *extra]
+    reach = reach_table(per_seed, test.y, samples, share=float(g.share), n_boot=int(g.n_boot), seed=int(cfg.seed))
+    reach.to_csv(out / "gap_reach.csv", index=False)
     bd = pd.concat([breakdown(frame, samples, every, d, n_boot=int(g.n_boot), seed=int(cfg.seed)) for d in DIMENSIONS],
                    ignore_index=True)
     bd.to_csv(out / "gap_breakdown.csv", index=False)
@@ -129,8 +161,8 @@ def run_gap(cfg: DictConfig, out_dir: str | Path, log: Any = print) -> dict[str,
     ceiling = trends[heads[0]].ceiling
     learning_curve_figure(pf, {h: (t.a, t.b, t.c) for h, t in trends.items()}, ceiling, float(g.share),
                           out / "learning_curve.png", title=f"{cfg.model.name} on {cfg.data.name}: learning curves")
-    (out / "gap.md").write_text(render(cfg, pf, trends, bd, noise, mix, every) + "\n", encoding="utf-8")
-    return {"points": pf, "trend": tf, "breakdown": bd, "noise": noise}
+    (out / "gap.md").write_text(render(cfg, pf, trends, bd, noise, mix, every, reach) + "\n", encoding="utf-8")
+    return {"points": pf, "trend": tf, "breakdown": bd, "noise": noise, "reach": reach}
 
 
 def _ci(v: float, lo: float, hi: float, fmt: str = "{:.3f}") -> str:
@@ -144,10 +176,26 @@ def _size(v: float) -> str:
 
 
 def render(cfg: DictConfig, pf: pd.DataFrame, trends: dict[str, Trend], bd: pd.DataFrame, noise: pd.DataFrame,
-           mix: pd.DataFrame, heads: list[str]) -> str:
+           mix: pd.DataFrame, heads: list[str], reach: pd.DataFrame) -> str:
     g = cfg.gap
     share = float(g.share)
-    lines = [f"## Learning curves: {cfg.model.name} on {cfg.data.name}",
+    ceiling = next(iter(trends.values())).ceiling
+    lines = [f"## Does any head reach {share:.2f} of the noise ceiling? ({cfg.model.name} on {cfg.data.name}, pooled test)",
+             "",
+             f"Each head at its full train set: the first seed's (draw's) test Spearman and its share of the test noise "
+             f"ceiling ({ceiling:.3f}), 95% bootstrap intervals over test prompts (the same replicates for the heads and "
+             f"the ceiling); reached where the share's interval lies at or above {share:.2f}, not reached where it lies "
+             "below, else not shown either way. Seed mean ± sd over the seeds (the curve heads: their draws at the full "
+             "train set, which differ only in initialisation).",
+             "",
+             "| head | seeds | test Spearman [95% CI] | seed mean ± sd | share of the ceiling [95% CI] | "
+             f"{share:.2f} of the ceiling |",
+             "|---|---:|---:|---:|---:|---|"]
+    for r in reach.to_dict("records"):
+        sd = f" ± {r['seed_sd']:.3f}" if math.isfinite(r["seed_sd"]) else ""
+        lines.append(f"| {r['head']} | {r['seeds']} | {_ci(r['spearman'], r['spearman_low'], r['spearman_high'])} | "
+                     f"{r['seed_mean']:.3f}{sd} | {_ci(r['share'], r['share_low'], r['share_high'])} | {r['verdict']} |")
+    lines += ["", f"## Learning curves: {cfg.model.name} on {cfg.data.name}",
              "",
              f"Each point: the head fitted on a fraction of the train prompts drawn per domain ({int(g.resamples)} "
              "draws per fraction, seeds seed + draw), with its own search and budget, selected on the full validation "
