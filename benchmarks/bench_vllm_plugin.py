@@ -35,9 +35,9 @@ ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_
 def prompts(n: int) -> tuple[dict[str, str], list[str], str, str]:
     from hydra.utils import instantiate
 
+    import lengthpred.cli  # noqa: F401 (registers the config resolvers and head defaults every script composes with)
     from lengthpred.data import load_prompts, load_splits
     from lengthpred.models import load_tokenizer
-    import lengthpred.cli  # noqa: F401 (registers the config resolvers and head defaults every script composes with)
     from lengthpred.stages.serve import split_ids
     from lengthpred.stages.serve_bench import prompt_texts
 
