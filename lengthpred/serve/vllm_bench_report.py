@@ -25,7 +25,8 @@ LABELS = {
     "jct_p99": "E2E, p99 per run (s)",
     "tpot_mean": "TPOT, mean per run (s/token)",
 }
-VLLM_LABELS = {"mean_ttft_ms": "TTFT mean (ms)", "median_tpot_ms": "TPOT median (ms)", "mean_itl_ms": "ITL mean (ms)",
+VLLM_LABELS = {"total_output_tokens": "output tokens, sum per run (the work: natural answers differ between arms)",
+               "mean_ttft_ms": "TTFT mean (ms)", "median_tpot_ms": "TPOT median (ms)", "mean_itl_ms": "ITL mean (ms)",
                "p99_e2el_ms": "E2E p99 (ms)", "request_throughput": "throughput (req/s)",
                "output_throughput": "output throughput (tok/s)"}
 
@@ -91,8 +92,30 @@ def cell_report(folder: Path, baseline: str = BASELINE) -> str:
                 md_table(["arm", "requests predicted", "unpredictable", "Spearman predicted vs served length, median "
                           "per run", "yields per request, mean", "KV preemptions of parked requests",
                           "predict ms, median per run", "RLS update ms, median per run"], rows)]
+    if baseline in arms:
+        out += [f"\n**The work each arm did** (natural answers: the same prompt, seed and sampling settings in every arm, "
+                "but the batch's arithmetic differs, so answers can diverge; per repeat against the same request "
+                f"under {baseline}, then the median over repeats):\n", _work(requests, arms, baseline)]
     out += ["\n**Per repeat: per-token latency, mean per run (s/token)**:\n", _per_repeat(wide, arms)]
     return "\n".join(out)
+
+
+def _work(requests: pd.DataFrame, arms: list[str], baseline: str) -> str:
+    from lengthpred.metrics import spearman_or_nan
+
+    rows = []
+    base = requests[requests["policy"] == baseline].set_index(["seed", "rid"])["output_tokens"]
+    for a in arms:
+        r = requests[requests["policy"] == a].set_index(["seed", "rid"])["output_tokens"]
+        both = pd.concat([base.rename("b"), r.rename("a")], axis=1, join="inner")
+        if both.empty:
+            continue
+        per = both.groupby(level=0)
+        rows.append([a, _f(np.median(per["a"].sum())), _f(np.median([spearman_or_nan(g["a"], g["b"]) for _, g in per]), 2),
+                     f"{100 * float(np.median([(g['a'] == g['b']).mean() for _, g in per])):.0f}%"])
+    return md_table(["arm", "output tokens, sum per run (median over repeats)",
+                     f"Spearman of each request's length with {baseline}'s (median per repeat)",
+                     f"requests with the same length as under {baseline} (median per repeat)"], rows)
 
 
 def _per_repeat(wide: pd.DataFrame, arms: list[str]) -> str:
