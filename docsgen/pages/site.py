@@ -27,13 +27,15 @@ API = {  # API page -> modules it documents (docs/reference/api/<page>.md is wri
     "simulator": ("lengthpred.sched",),
     "serving": ("lengthpred.serve", "lengthpred.serve.paired", "lengthpred.serve.summary",
                 "lengthpred.serve.featurize"),
+    "vllm-plugin": ("lengthpred.vllm_plugin.settings", "lengthpred.vllm_plugin.policy",
+                    "lengthpred.online.readout_file"),
     "data": ("lengthpred.data", "lengthpred.data.trace", "lengthpred.targets"),
     "distributions": ("lengthpred.distributions",),
     "names-and-errors": ("lengthpred.names", "lengthpred.registry", "lengthpred.errors"),
 }
 API_TITLES = {"heads": "Heads", "online": "Online adaptation", "features": "Prefill features",
               "metrics-and-eval": "Metrics and evaluation", "simulator": "Scheduling simulator",
-              "serving": "Serving on vLLM", "data": "Data and targets", "distributions": "Distributions",
+              "serving": "Serving on vLLM", "vllm-plugin": "The vLLM plugin", "data": "Data and targets", "distributions": "Distributions",
               "names-and-errors": "Names, registries, errors"}
 
 
