@@ -248,10 +248,9 @@ def test_the_extract_stage_loads_on_local_rank_1(trace_cfg, two_gpus, monkeypatc
 # -- out of memory: halve and go on ----------------------------------------------------------------------------------
 @pytest.mark.numeric
 def test_a_forward_out_of_memory_once_halves_the_budget_and_finishes(sdpa_model, tokenizer, tmp_path, caplog):  # noqa: F811
-    # sdpa_model (peaky next-token distributions), as the other tests that compare two batchings: on the plain
-    # tiny model the entropy-weighted fusions are ill-conditioned and one kernel level rounds them past the bound
-    tiny_model = sdpa_model
-    want = load_features(extract_features(small(), tiny_model, tokenizer, PROMPTS, out_dir=tmp_path / "a",
+    # the peaky SDPA model, as the other tests that compare two batchings: on the plain tiny model the
+    # entropy-weighted fusions are ill-conditioned and one kernel level rounds them past the bound
+    want = load_features(extract_features(small(), sdpa_model, tokenizer, PROMPTS, out_dir=tmp_path / "a",
                                           progress=False))
     calls = {"n": 0}
 
@@ -260,10 +259,10 @@ def test_a_forward_out_of_memory_once_halves_the_budget_and_finishes(sdpa_model,
         if calls["n"] == 3:  # after the probe and one batch: a part is already written
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    handle = tiny_model.get_decoder().register_forward_pre_hook(oom_once, with_kwargs=True)
+    handle = sdpa_model.get_decoder().register_forward_pre_hook(oom_once, with_kwargs=True)
     try:
         with caplog.at_level(logging.WARNING, logger="lengthpred.features.extract"):
-            got = load_features(extract_features(small(max_batch_tokens=64), tiny_model, tokenizer, PROMPTS,
+            got = load_features(extract_features(small(max_batch_tokens=64), sdpa_model, tokenizer, PROMPTS,
                                                  out_dir=tmp_path / "b", progress=False))
     finally:
         handle.remove()

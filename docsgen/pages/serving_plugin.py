@@ -55,14 +55,15 @@ def run_campaign(root: Path) -> dict[str, str]:
                       "repeats": c["repeats"], "repeats_done_min": int(done.min()), "capacity_rps": cap,
                       "vllm": manifest.get("vllm", ""), "commit": manifest.get("commit", ""),
                       "started": str(manifest.get("started", ""))[:10],
+                      "batch_cap": manifest.get("server", {}).get("max_num_seqs"),
                       "yields": int(plugin["yields"].sum()) if "yields" in plugin else 0,
                       "kv_preempted": int(plugin["kv_preempted"].sum()) if "kv_preempted" in plugin else 0})
         if BASELINE in done.index and len(done) > 1:
             g = cell_gains(requests, BASELINE)
             gains.append(g.assign(cell=c["name"]))
     out = {CELLS: _csv(pd.DataFrame(cells, columns=["cell", "load", "burstiness", "n_requests", "repeats",
-                                                    "repeats_done_min", "capacity_rps", "vllm", "commit", "started", "yields",
-                                                    "kv_preempted"])),
+                                                    "repeats_done_min", "capacity_rps", "vllm", "commit", "started", "batch_cap",
+                                                    "yields", "kv_preempted"])),
            GAINS: _csv(pd.concat(gains, ignore_index=True) if gains else pd.DataFrame(columns=["cell"])),
            REPORT: (report(folders) if folders else "") + "\n"}
     summary = root / REFERENCE / "overhead" / "summary.json.gz"
@@ -146,7 +147,7 @@ def _goals(cells: pd.DataFrame, gains: pd.DataFrame, over: dict) -> str:
             + md_table(["cell", "goal", "measured", "verdict"], rows) + "\n")
 
 
-def _harness(res: Results, gains: pd.DataFrame) -> str:
+def _harness(res: Results, cells: pd.DataFrame, gains: pd.DataFrame) -> str:
     """The replay harness's ten-repeat gains at the same load beside the plugin's."""
     from lengthpred.serve.tables_cli import md_table
     from lengthpred.serve.vllm_bench import ARMS
@@ -164,21 +165,21 @@ def _harness(res: Results, gains: pd.DataFrame) -> str:
                 r = h[(h["folder"] == folder) & (h["baseline"] == "fcfs") & (h["policy"] == pol) & (h["metric"] == metric)]
                 if len(r) == 1:
                     r = r.iloc[0]
-                    rows.append([label, what, pol, _pct(r["median_per_repeat"]), _pct(r["gain"]),
+                    rows.append([label, what, f"{r['load']:g}", pol, _pct(r["median_per_repeat"]), _pct(r["gain"]),
                                  f"{r['p_value']:.2g}", str(int(r["n"]))])
-        for cell in sorted(set(gains["cell"])):
+        for _, c in cells.iterrows():
             for pol in ("plugin-sjf", "plugin-sjf-aging"):
-                r = _gain_row(gains, cell, pol, metric)
+                r = _gain_row(gains, c["cell"], pol, metric)
                 if r is not None:
-                    rows.append([label, f"`vllm serve` + plugin, natural answers ({cell})", pol,
+                    rows.append([label, f"`vllm serve` + plugin ({c['cell']}): natural answers, cap {c['batch_cap']}, "
+                                 f"{c['n_requests']} req", f"{c['load']:g}", pol,
                                  _pct(r["median_repeat_gain"]), _pct(r["gain"]), f"{r['p_value']:.2g}",
                                  str(int(r["n"]))])
     return ("## Against the replay harness\n\n"
-            "The replay harness ([serving](serving/index.md)) drove `LLMEngine.step()` from its own loop at load "
-            "0.95, with the same batch cap of 4 and runs of 40 requests: `serve_bench_pool10` on the bench pool with "
-            "every answer replayed to its recorded length, `serve_natural10_blas1` on the demo pool with natural "
-            "answers. Gains over FCFS (vLLM's own order in both, as stock FCFS is here):\n\n"
-            + md_table(["statistic", "setting", "policy", "median per-repeat gain", "pooled ratio", "exact p",
+            "The replay harness ([serving](serving/index.md)) drove `LLMEngine.step()` from its own loop. Below are "
+            "its two ten-repeat folders nearest this campaign, each with its workload (pool, arrivals, answers, batch cap, "
+            "requests per run) and load. Gains over FCFS (vLLM's own order in both, as stock FCFS is here):\n\n"
+            + md_table(["statistic", "setting", "load (of capacity)", "policy", "median per-repeat gain", "pooled ratio", "exact p",
                         "repeats"], rows)
             + "\nWhere they differ, and why: (1) `serve_bench_pool10` served every request to its recorded length, "
             "so every policy did the same work; here answers end naturally, and the batch's arithmetic lets the same "
@@ -242,7 +243,7 @@ def render(res: Results) -> str:
     from lengthpred.serve.tables_cli import md_table
 
     if gains is not None and not gains.empty:
-        text += _goals(cells, gains, over), _harness(res, gains)
+        text += _goals(cells, gains, over), _harness(res, cells, gains)
     rows = [[str(c["cell"]), f"{c['load']:g}", f"{c['burstiness']:g}", str(c["n_requests"]),
              f"{c['repeats_done_min']} of {c['repeats']}", f"{c['capacity_rps']:.4g}", str(c["vllm"]), str(c["started"])]
             for _, c in cells.iterrows()]
@@ -260,11 +261,9 @@ def plugin_gain(res: Results, cell: str, policy: str, metric: str) -> dict:
     and burstiness (cells.csv)."""
     from docsgen.numbers import pct
 
-    g = res.csv(GAINS, ["cell", "policy", "metric"], dtype=None)
-    hit = g[(g["cell"] == cell) & (g["policy"] == policy) & (g["metric"] == metric)]
-    if len(hit) != 1:
-        res.fail(GAINS, f"{len(hit)} rows for {cell} {policy} {metric} (needs one)")
-    r = hit.iloc[0]
+    r = _gain_row(res.csv(GAINS, ["cell", "policy", "metric"], dtype=None), cell, policy, metric)
+    if r is None:
+        res.fail(GAINS, f"no single row for {cell} {policy} {metric}")
     c = res.row(CELLS, res.csv(CELLS, ["cell", "load", "burstiness"]), cell=cell)
     return {"median": pct(r.median_repeat_gain), "better": int(r.repeats_better), "n": int(r.n), "p": float(r.p_value),
             "pooled": pct(r.gain), "loro": f"{pct(r.loro_low)} to {pct(r.loro_high)}", "load": c["load"],
@@ -273,7 +272,7 @@ def plugin_gain(res: Results, cell: str, policy: str, metric: str) -> dict:
 
 @helper
 def plugin_cells(res: Results) -> str:
-    """The campaign's cells as `load L, burstiness B (n repeats)`, joined; what the plugin was measured in."""
+    """The campaign's cells as `load L at burstiness B, n repeats`, joined; what the plugin was measured in."""
     cells = res.csv(CELLS, ["cell", "load", "burstiness", "repeats_done_min"])
     return "; ".join(f"load {c['load']} at burstiness {c['burstiness']}, {c['repeats_done_min']} repeats"
                      for _, c in cells.iterrows())
