@@ -9,14 +9,16 @@ No model runs: random float16 columns are written with the store's own writer (`
 checksums and verification record are what an extraction leaves. Timings are the median of `--reps` loads, each
 in this warm process with the files in the page cache (a cold disk makes the parts layout slower still: it opens
 N/16 files per column, the compacted store one). Reported: a "load" is `load_features(store)` plus `.get(column)`;
-"verification" is the `VerifiedFiles.check` calls such a load makes (stat and stored digest compared, nothing
-re-hashed) and, for the first load, the one full hash of every file.
+"verification" is the `VerifiedFiles.check` calls such a load makes (each file and its digest file stat-ed and
+compared with the record, nothing read or re-hashed), with reading the record itself reported apart (a load reads it
+anyway: it also lists each part's ids), and, for the first load, the one full hash of every file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -30,6 +32,7 @@ from lengthpred.features.compact import COMPACT, IDS, column_file
 from lengthpred.features.maintenance import compact_store
 from lengthpred.features.store import MANIFEST, atomic_write_json, load_features, part_files, write_part
 from lengthpred.integrity import VerifiedFiles
+from lengthpred.machine import record
 
 
 def write_store(root: Path, n: int, d: int, columns: list[str], batch: int) -> None:
@@ -52,14 +55,18 @@ def median_time(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def verification_time(files: list[Path], folder: Path, reps: int) -> float:
-    """The checks a load makes of `files` once they are recorded (a fresh record read each time, as a load does)."""
+def verification_time(files: list[Path], folder: Path, reps: int) -> tuple[float, float]:
+    """(the checks a load makes of `files` once they are recorded, reading the record itself): median seconds each.
+    The record (`.verified.json`) is read by every load anyway, for the parts' ids it also keeps, so it is
+    reported apart from the checks."""
+    read = median_time(lambda: VerifiedFiles(folder), reps)
+    v = VerifiedFiles(folder)
+
     def check() -> None:
-        v = VerifiedFiles(folder)
         for f in files:
             assert v.check(f) is None
 
-    return median_time(check, reps)
+    return median_time(check, reps), read
 
 
 def main() -> None:
@@ -70,7 +77,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="prompts per part (features.batch_size)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--keep", type=Path, help="build the store here and keep it (default: a temp folder)")
+    ap.add_argument("--out", type=Path, help="also write the result, machine and commit here (JSON; the docs render "
+                                             "docs/results/data/scale/store_compaction.json)")
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]
     columns = [f"hs.L{layer}.{pool}" for layer in range(0, 31, 8) for pool in ("last", "mean")][: args.columns]
     col = columns[0]
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench_store_"))
@@ -83,14 +93,14 @@ def main() -> None:
         load_features(root)  # the first load hashes every part once and records it
         first_s = time.perf_counter() - t0
         before = median_time(lambda: load_features(root).get(col), args.reps)
-        verify_before = verification_time(parts, root, args.reps)
+        verify_before, record_before = verification_time(parts, root, args.reps)
         t0 = time.perf_counter()
         compact_store(root)
         compact_s = time.perf_counter() - t0
         load_features(root).get(col)  # the compact column's first check (one hash)
         after = median_time(lambda: load_features(root).get(col), args.reps)
         folder = root / COMPACT
-        verify_after = verification_time([folder / IDS, column_file(folder, col)], folder, args.reps)
+        verify_after, record_after = verification_time([folder / IDS, column_file(folder, col)], folder, args.reps)
         same = np.array_equal(load_features(root).get(col), load_features(root).read(col).astype(np.float32))
         out = {
             "prompts": args.n, "d": args.d, "columns_per_part": len(columns), "parts": len(parts),
@@ -100,11 +110,17 @@ def main() -> None:
             "speedup": round(before / after, 1), "compact_s": round(compact_s, 2),
             "verification_s parts": round(verify_before, 5),
             "verification_pct_of_load parts": round(100 * verify_before / before, 2),
+            "record_read_pct_of_load parts": round(100 * record_before / before, 2),
             "verification_s compacted": round(verify_after, 6),
             "verification_pct_of_load compacted": round(100 * verify_after / after, 2),
+            "record_read_pct_of_load compacted": round(100 * record_after / after, 2),
             "same_values": bool(same),
         }
         print(json.dumps(out, indent=1))
+        if args.out:
+            settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("out", "keep")}
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(record(out, settings, load0), indent=1) + "\n")
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -213,44 +213,49 @@ def claim_json(path: str | Path, record: dict[str, Any]) -> dict[str, Any] | Non
         tmp.unlink(missing_ok=True)
 
 
-VERIFIED = ".verified.json"  # file (relative to its folder) -> [size, mtime_ns, digest, extra] as last checked
+VERIFIED = ".verified.json"  # file (relative to its folder) -> [size, mtime_ns, [its digest file's size, mtime_ns],
+#                                extra] as last checked
 
 
 class VerifiedFiles:
     """The files of `folder` already checked against their stored digests (`<file>.sha256`), kept in
-    `<folder>/.verified.json`: a file whose size, mtime and stored digest are those of its last check is trusted
-    without reading it again; any change re-hashes it. `extra` holds what a caller read from a checked file
+    `<folder>/.verified.json`: a file whose size and mtime, and its digest file's, are those of its last check is
+    trusted without reading either again; any change re-hashes it. `extra` holds what a caller read from a checked file
     (a part's ids), valid exactly as long as the check. `save()` writes the record back when it changed (a
     read-only folder keeps it in memory only)."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self._file = self.folder / VERIFIED
+        self._prefix = os.path.join(os.fspath(self.folder), "")  # keys are paths relative to it
         try:
             self._seen: dict[str, list[Any]] = json.loads(self._file.read_text())
         except (OSError, ValueError):
             self._seen = {}
         self._dirty = False
 
-    def _key(self, path: Path) -> str:
-        return str(Path(path).relative_to(self.folder))
+    def _key(self, path: str | Path) -> str:
+        p, root = os.fspath(path), self._prefix
+        return p[len(root):] if p.startswith(root) else str(Path(p).relative_to(self.folder))
 
     def check(self, path: str | Path) -> str | None:
         """Why `path` cannot be trusted ("no stored digest", "checksum mismatch ...", "unreadable"), or None."""
-        path = Path(path)
-        ck = checksum_path(path)
-        try:
-            digest = ck.read_text().strip()
+        p = os.fspath(path)  # plain strings and os.stat: a load checks every part, so this path is kept lean
+        try:  # the digest file is stat-ed, not read, while both files are as last checked: two stats per file
+            ck_st = os.stat(p + CHECKSUM_SUFFIX)
         except OSError:
             return "no stored digest (written before checksums, or its digest file was removed)"
         try:
-            st = path.stat()
+            st = os.stat(p)
         except OSError:
             return "unreadable (gone)"
-        key, stamp = self._key(path), [st.st_size, st.st_mtime_ns, digest]
-        if self._seen.get(key, [None] * 3)[:3] == stamp:
+        key, stamp = self._key(p), [st.st_size, st.st_mtime_ns, [ck_st.st_size, ck_st.st_mtime_ns]]
+        seen = self._seen.get(key)
+        if seen is not None and seen[:3] == stamp:
             return None
+        path, ck = Path(p), Path(p + CHECKSUM_SUFFIX)
         try:
+            digest = ck.read_text().strip()
             actual = file_digest(path)
         except OSError:
             return "unreadable"
