@@ -27,10 +27,7 @@ import hashlib
 import json
 import logging
 import math
-import os
-import platform
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -41,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.machine import git_commit, machine
 from lengthpred.serve.vllm_bench import (
     Arm,
     Server,
@@ -121,30 +119,12 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _machine() -> dict[str, Any]:
-    cpu = ""
-    try:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                    if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cpus": os.cpu_count(), "cpu": cpu, "platform": platform.platform(), "load_at_start": os.getloadavg()[0]}
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
 class Campaign:
     """One cell's folder: measure (or reuse) the capacity, then run every (repeat, arm) not yet on disk."""
 
     def __init__(self, folder: Path, cell: Cell, arms: Sequence[Arm], server: ServerSpec, readout: Path,
                  tokenizer: str, texts: Mapping[str, str], pool: Sequence[str], capacity_pool: Sequence[str],
-                 vllm_version: str = "") -> None:
+                 vllm_version: str = "", max_tokens: int = 512) -> None:
         cell.validate(len(pool))
         if not readout.is_file():
             raise DataError(f"readout file {readout} does not exist (scripts/train.py head=linear writes one)")
@@ -154,6 +134,7 @@ class Campaign:
         self.capacity_pool = list(capacity_pool)
         self.scratch = Path(tempfile.mkdtemp(prefix="lengthpred-bench-"))
         self.vllm_version = vllm_version
+        self.max_tokens = int(max_tokens)  # the client's answer cap (natural end of sequence below it)
 
     # -- files ---------------------------------------------------------------------------------------------------
     def run_stem(self, k: int, a: Arm) -> Path:
@@ -161,9 +142,11 @@ class Campaign:
 
     def write_manifest(self) -> None:
         spec = self.server
-        example = Workload(Path("prompts/repeat_00.jsonl"), self.cell.n_requests, 0.0, self.cell.burstiness, 0)
+        example = Workload(Path("prompts/repeat_00.jsonl"), self.cell.n_requests, 0.0, self.cell.burstiness, 0,
+                           self.max_tokens)
         manifest = {
             "cell": asdict(self.cell), "arms": [{"name": a.name, "plugin": a.plugin} for a in self.arms],
+            "max_tokens": example.max_tokens,
             "order": {f"r{k:02d}": [a.name for a in rotated(self.arms, k)] for k in range(self.cell.repeats)},
             "server": {"model": spec.model, "served_name": spec.served_name, "dtype": spec.dtype,
                        "max_model_len": spec.max_model_len, "max_num_seqs": spec.max_num_seqs, "env": dict(spec.env),
@@ -171,8 +154,8 @@ class Campaign:
             "readout": {"path": str(self.readout), "sha256": _file_sha256(self.readout)},
             "commands": {a.name: serve_command(spec, a) for a in self.arms} | {
                 "bench": bench_command(spec, example, Path("runs"), "<run>.json", self.tokenizer)},
-            "vllm": self.vllm_version, "commit": _commit(), "started": dt.datetime.now(dt.timezone.utc).isoformat(),
-            "machine": _machine(),
+            "vllm": self.vllm_version, "commit": git_commit(), "started": dt.datetime.now(dt.timezone.utc).isoformat(),
+            "machine": machine(),
         }
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / "manifest.json"
@@ -203,8 +186,8 @@ class Campaign:
         data = write_dataset(self.scratch / "capacity.jsonl", ids, self.texts)
         bursts = []
         for b in range(self.cell.capacity_bursts):
-            res = self._run(stock, Workload(data, len(ids), math.inf, 1.0, 10_000 + b), self.folder / "capacity"
-                            / f"burst_{b}", scratch_readout=None)
+            res = self._run(stock, Workload(data, len(ids), math.inf, 1.0, 10_000 + b, self.max_tokens),
+                            self.folder / "capacity" / f"burst_{b}", scratch_readout=None)
             bursts.append({"burst": b, "request_throughput": res["request_throughput"], "duration": res["duration"],
                            "completed": res["completed"], "output_throughput": res["output_throughput"]})
         cap = float(np.median([b["request_throughput"] for b in bursts]))
@@ -248,7 +231,7 @@ class Campaign:
         done = []
         for k, ids in enumerate(self.sets):
             data = write_dataset(self.scratch / f"repeat_{k:02d}.jsonl", ids, self.texts)
-            w = Workload(data, len(ids), rate, self.cell.burstiness, self.cell.seed * 1000 + k)
+            w = Workload(data, len(ids), rate, self.cell.burstiness, self.cell.seed * 1000 + k, self.max_tokens)
             for a in rotated(self.arms, k):
                 stem = self.run_stem(k, a)
                 if stem.with_suffix(".json.gz").is_file():

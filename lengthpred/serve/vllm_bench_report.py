@@ -64,6 +64,16 @@ def cell_report(folder: Path, baseline: str = BASELINE) -> str:
     head = ["arm"] + [LABELS[m] for m in LABELS if m in wide.columns] + [f"vLLM's {v}" for v in VLLM_LABELS.values()]
     out += ["**Each statistic per run, then its median over repeats** (the first eight from vLLM's per-request "
             "detail, the rest vLLM's own summary of the run):\n", md_table(head, rows)]
+    steps = step_times(vruns, arms, baseline)
+    if not steps.empty:
+        out += [f"\n**Engine step time at a full batch** ({manifest.get('server', {}).get('max_num_seqs', '?')} "
+                "requests between their first and last token; from the client's token times, median gap per run; "
+                "the machine-drift check: arms serving the same prompts should step equally fast):\n",
+                md_table(["arm", "step at a full batch, median per run, median over repeats (ms)",
+                          f"÷ {baseline} in the same repeat, median over repeats", "÷ the same, min–max over repeats",
+                          "full-batch gaps per run, median"],
+                         [[r["arm"], _f(r["step_ms"]), _f(r["ratio_median"]),
+                           f"{_f(r['ratio_min'])}–{_f(r['ratio_max'])}", f"{r['gaps']:.0f}"] for _, r in steps.iterrows()])]
     if baseline in arms and len(n_done) > 1:
         g = cell_gains(requests, baseline)
         rows = []
@@ -98,6 +108,25 @@ def cell_report(folder: Path, baseline: str = BASELINE) -> str:
                 f"under {baseline}, then the median over repeats):\n", _work(requests, arms, baseline)]
     out += ["\n**Per repeat: per-token latency, mean per run (s/token)**:\n", _per_repeat(wide, arms)]
     return "\n".join(out)
+
+
+def step_times(vruns: pd.DataFrame, arms: list[str], baseline: str) -> pd.DataFrame:
+    """Per arm: the full-batch step time (median per run, then over repeats) and its ratio to the baseline arm's
+    in the same repeat (median, min, max over repeats)."""
+    if "step_ms_full_batch" not in vruns or vruns["step_ms_full_batch"].isna().all():
+        return pd.DataFrame()
+    w = vruns.pivot_table(index="repeat", columns="arm", values="step_ms_full_batch")
+    rows = []
+    for a in arms:
+        if a not in w.columns:
+            continue
+        ratio = (w[a] / w[baseline]).dropna() if baseline in w.columns else pd.Series(dtype=float)
+        gaps = vruns.loc[vruns["arm"] == a, "full_batch_intervals"]
+        rows.append({"arm": a, "step_ms": float(np.nanmedian(w[a])), "repeats": int(w[a].notna().sum()),
+                     "ratio_median": float(ratio.median()) if len(ratio) else math.nan,
+                     "ratio_min": float(ratio.min()) if len(ratio) else math.nan,
+                     "ratio_max": float(ratio.max()) if len(ratio) else math.nan, "gaps": float(gaps.median())})
+    return pd.DataFrame(rows)
 
 
 def _work(requests: pd.DataFrame, arms: list[str], baseline: str) -> str:

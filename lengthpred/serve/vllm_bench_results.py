@@ -43,6 +43,7 @@ def load_cell(folder: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataFr
         raise DataError(f"{folder} is not a vllm bench campaign folder (no manifest.json)")
     manifest = json.loads(mpath.read_text())
     load = float(manifest["cell"]["load"])
+    batch = int(manifest.get("server", {}).get("max_num_seqs", 0)) or None
     reqs, runs, plugin = [], [], []
     for path in sorted((folder / "runs").glob("r*_*.json.gz")):
         m = RUN.search(path.name)
@@ -55,7 +56,9 @@ def load_cell(folder: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataFr
         except (OSError, ValueError) as e:
             raise DataError(f"{path}: not a readable vLLM result JSON ({e})") from None
         reqs.append(_requests(res, arm, load, k, path))
-        runs.append({"arm": arm, "repeat": k} | {s: res.get(s, math.nan) for s in VLLM_STATS})
+        step, n_full = full_batch_step_ms(res, batch)
+        runs.append({"arm": arm, "repeat": k} | {s: res.get(s, math.nan) for s in VLLM_STATS}
+                    | {"step_ms_full_batch": step, "full_batch_intervals": n_full})
         plugin.append(_plugin(path, arm, k))
     if not reqs:
         raise DataError(f"{folder}: no runs yet (runs/r*_<arm>.json.gz)")
@@ -79,6 +82,36 @@ def _requests(res: dict, arm: str, load: float, k: int, path: Path) -> pd.DataFr
                          "first_token": np.where(failed, np.nan, arrival + ttft),
                          "finish": np.where(failed, np.nan, arrival + lat), "output_tokens": out,
                          "status": np.where(failed, "rejected", "finished")})
+
+
+def full_batch_step_ms(res: dict, batch: int | None) -> tuple[float, int]:
+    """The run's engine step time at a full batch, from the client's token times alone: the median inter-token
+    gap (ms) over the gaps during which at least `batch` requests were between their first and last token (the
+    batch cap, so the batch was full), and how many such gaps there were. Arms that serve identical prompts should
+    step equally fast at equal batch: a difference between arms is the machine's drift, not the policy's (a
+    parked request's one long gap is among them, but the median is ruled by the running requests' steps)."""
+    if not batch:
+        return math.nan, 0
+    try:
+        start, ttft, itls = res["start_times"], res["ttfts"], res["itls"]
+    except KeyError:
+        return math.nan, 0
+    errs = res.get("errors", [""] * len(start))
+    first, last, gaps = [], [], []
+    for s0, t, gap, e in zip(start, ttft, itls, errs, strict=False):
+        if e or not gap:
+            continue
+        times = float(s0) + float(t) + np.concatenate([[0.0], np.cumsum(np.asarray(gap, float))])
+        first.append(times[0])
+        last.append(times[-1])
+        gaps.append(np.column_stack([times[:-1], times[1:]]))
+    if not gaps:
+        return math.nan, 0
+    g = np.concatenate(gaps)
+    mid = g.mean(axis=1)
+    active = np.searchsorted(np.sort(first), mid, side="right") - np.searchsorted(np.sort(last), mid, side="left")
+    full = (g[:, 1] - g[:, 0])[active >= batch]
+    return (float(np.median(full)) * 1e3 if len(full) else math.nan), int(len(full))
 
 
 def _plugin(path: Path, arm: str, k: int) -> dict:

@@ -76,7 +76,7 @@ def run_serve_bench(cfg: DictConfig, out: str | Path) -> Path:
     arms = [arm(str(a)) for a in sb.arms]
     folder = Path(str(sb.out_dir)) / cell.name
     camp = Campaign(folder, cell, arms, server, Path(str(sb.readout)), str(sb.model_dir), texts, pool, cap_pool,
-                    vllm_version=version)
+                    vllm_version=version, max_tokens=int(sb.max_tokens))
     done = camp.run()
     log.info("%s: %d runs this time; every run of %d repeats x %d arms is in %s", cell.name, len(done), cell.repeats,
              len(arms), folder)
