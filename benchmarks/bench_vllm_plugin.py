@@ -18,13 +18,16 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 from hydra import compose, initialize_config_dir
 
+from lengthpred.machine import git_commit, machine
 from lengthpred.paths import CONF_DIR, REPO_ROOT
 from lengthpred.serve.vllm_bench import ARMS, Server, ServerSpec, Workload, run_bench
 from lengthpred.serve.vllm_bench_campaign import write_dataset
@@ -58,6 +61,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--venv", type=Path, default=REPO_ROOT / ".venv-vllm")
     ap.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="bench-vllm-plugin-")))
     a = ap.parse_args(argv)
+    load0 = os.getloadavg()[0]
     texts, ids, model_dir, name = prompts(a.requests)
     data = write_dataset(a.out / "prompts.jsonl", ids, texts)
     spec = ServerSpec(a.venv, model_dir, served_name=name, max_num_seqs=4, port=8041, env=ENV,
@@ -86,8 +90,10 @@ def main(argv: list[str]) -> int:
             runs.append(row)
             print(json.dumps(row), flush=True)
     summary = summarise(runs)
+    setup = {"pairs": a.pairs, "requests": a.requests, "tokens": a.tokens, "machine": machine() | {"load_at_start": load0},
+             "commit": git_commit()}
     with gzip.open(a.out / "summary.json.gz", "wt") as f:
-        json.dump({"runs": runs, "summary": summary}, f)
+        json.dump({"runs": runs, "summary": summary, "setup": setup}, f)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -106,8 +112,12 @@ def summarise(runs: list[dict]) -> dict:
     plug = [by[(k, "plugin-fcfs")]["plugin"] for k in pairs]
     per_request = [p["predict_ms_mean"] + p["update_ms_mean"] + p["capture_ms_per_prefill_step"] for p in plug]
     step = [p["prefill_step_ms_median"] for p in plug]
+    from lengthpred.metrics import sign_flip_p
+
     return {
-        "plugin_over_stock": {m: {"median": statistics.median(v), "min": min(v), "max": max(v)} for m, v in ratio.items()},
+        "plugin_over_stock": {m: {"median": statistics.median(v), "min": min(v), "max": max(v),
+                                  "pairs_above_1": sum(x > 1 for x in v),
+                                  "sign_flip_p": sign_flip_p(np.log(np.asarray(v, float)))} for m, v in ratio.items()},
         "per_request_ms": {"predict": statistics.median(p["predict_ms_mean"] for p in plug),
                            "update": statistics.median(p["update_ms_mean"] for p in plug),
                            "capture_per_prefill_step": statistics.median(p["capture_ms_per_prefill_step"] for p in plug)},
