@@ -1,0 +1,46 @@
+"""Where the gap to the noise ceiling is (scripts/gap.py at bench, ingested as t1-in-domain/bench_gap-*.csv): the
+sentence T1 and the gap page state, rendered from the reach table (-1), the learning curves (-2) and the fitted
+trend (-3), so no number in the prose is typed."""
+
+from __future__ import annotations
+
+from docsgen.registry import helper
+from docsgen.results import Results
+
+REACH, CURVE, TREND = (f"t1-in-domain/bench_gap-{k}.csv" for k in (1, 2, 3))
+_DATA = "docs/results/data/"
+
+
+def _reach_phrase(r) -> str:
+    return f"{r['head']} {r['share of the ceiling [95% CI]']} of the ceiling ({r['0.90 of the ceiling']})"
+
+
+@helper
+def gap_ceiling(res: Results) -> str:
+    """The test noise ceiling the gap stage measured against."""
+    trend = res.csv(_DATA + TREND, ["head", "noise ceiling (test)"])
+    return str(trend["noise ceiling (test)"].iloc[0])
+
+
+@helper
+def gap_summary(res: Results) -> str:
+    """Does any head reach the share of the ceiling, and what the learning curves say it would take."""
+    reach = res.csv(_DATA + REACH, ["head", "share of the ceiling [95% CI]", "0.90 of the ceiling"])
+    curve = res.csv(_DATA + CURVE, ["head", "train prompts"])
+    trend = res.csv(_DATA + TREND, ["head", "noise ceiling (test)", "target", "asymptote a [95% CI]",
+                                     "gain over the last doubling [95% CI]",
+                                     "train prompts to reach the target [95% CI]", "replicates that reach it"])
+    full = max(int(str(n).replace(",", "")) for n in curve["train prompts"])
+    reached = reach["0.90 of the ceiling"].str.startswith("reached").any()
+    out = [("A head reaches" if reached else "No head reaches") + " 0.90 of the test noise ceiling "
+           f"({trend['noise ceiling (test)'].iloc[0]}, target Spearman {trend['target'].iloc[0]}) at the full "
+           f"{full:,} train prompts: " + "; ".join(_reach_phrase(r) for _, r in reach.iterrows()) + ". "
+           "The learning curves (each head refitted with its own search on 1/8 to all of the train prompts, 3 draws "
+           "each), fitted as a − b·n^(−c), say what more data would do: "]
+    parts = []
+    for _, t in trend.iterrows():
+        parts.append(f"{t['head']}: {t['gain over the last doubling [95% CI]']} over the last doubling, asymptote "
+                     f"{t['asymptote a [95% CI]']}, train prompts to reach the target "
+                     f"{t['train prompts to reach the target [95% CI]']} ({t['replicates that reach it']} of the "
+                     "bootstrap replicates reach it)")
+    return "".join(out) + "; ".join(parts) + "."
