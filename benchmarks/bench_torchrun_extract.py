@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lengthpred.machine import record
+
 REPO = Path(__file__).resolve().parents[1]
 WORDS = ("the model reads every prompt once and pools its hidden states into features that predict how long "
          "the answer will be before any token is generated").split()
@@ -54,7 +56,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=600)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch threads of the one process (default: torch's)")
+    ap.add_argument("--out", type=Path, help="also write the result, machine and commit here (JSON; the docs render "
+                                             "docs/results/data/scale/torchrun_extract.json)")
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]
     tmp = Path(tempfile.mkdtemp(prefix="bench_torchrun_"))
     try:
         write_trace(tmp / "trace.jsonl", args.n)
@@ -77,14 +82,19 @@ def main() -> None:
             two.append(wall)
             two_x.append(max(secs) if secs else float("nan"))
         w1, w2 = statistics.median(one), statistics.median(two)
-        print(json.dumps({
-            "prompts": args.n, "reps": args.reps, "cpus": os.cpu_count(), "load_avg_1min": os.getloadavg()[0],
+        out = {
+            "prompts": args.n, "reps": args.reps,
             "one_process_wall_s": [round(x, 2) for x in one], "torchrun_2_wall_s": [round(x, 2) for x in two],
             "one_process_extraction_s": [round(x, 2) for x in one_x],
             "torchrun_2_extraction_s (slowest rank)": [round(x, 2) for x in two_x],
             "ratio (wall, goal <= 1.2)": round(w2 / (w1 / 2), 3),
             "ratio (extraction only)": round(statistics.median(two_x) / (statistics.median(one_x) / 2), 3),
-        }, indent=1))
+        }
+        print(json.dumps(out, indent=1))
+        if args.out:
+            settings = {"n": args.n, "reps": args.reps, "threads": args.threads}
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(record(out, settings, load0), indent=1) + "\n")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

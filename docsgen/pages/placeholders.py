@@ -13,8 +13,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PLACEHOLDERS = {
     "docs/how-to/serve-with-vllm.md": ("Serving with vLLM", "how to run `vllm serve` with lengthpred's plugin "
                                        "and measure it with `vllm bench serve`"),
-    "docs/how-to/gpu-and-slurm.md": ("GPUs and Slurm", "how to run the stages on GPUs, several GPUs and a Slurm "
-                                     "cluster, and the installable `lengthpred` command"),
 }
 
 

@@ -1,0 +1,63 @@
+"""The scale-out how-to's measured table (docs/how-to/gpu-and-slurm.md), rendered from the committed records of
+benchmarks/bench_store_compaction.py and benchmarks/bench_torchrun_extract.py (their `--out` files under
+docs/results/data/scale/), with the machine and its load beside the numbers."""
+
+from __future__ import annotations
+
+import statistics
+
+from docsgen.registry import helper
+from docsgen.results import Results
+from docsgen.studies import DATA
+
+STORE = f"{DATA}/scale/store_compaction.json"
+TORCHRUN = f"{DATA}/scale/torchrun_extract.json"  # `--threads 1`: one rank's worth of cores against two ranks
+TORCHRUN_THREADS = f"{DATA}/scale/torchrun_extract_torch_threads.json"  # the one process on torch's own threads
+
+
+def _where(rec: dict) -> str:
+    m = rec["machine"]
+    return (f"{m['cpus']} cores ({m['cpu'] or 'CPU'}), load average {m['load_at_start']:.2f} at the start and "
+            f"{m['load_at_end']:.2f} at the end, {rec['date']}, commit {rec['commit'] or '–'}")
+
+
+def _secs(xs: list[float]) -> str:
+    return ", ".join(f"{x:.0f}" for x in xs)
+
+
+def _threads(rec: dict) -> str:
+    n = rec["settings"].get("threads")
+    return f"{n} thread" + ("s" if n != 1 else "") if n else "torch's threads (every core)"
+
+
+def _torchrun_row(rec: dict) -> str:
+    t = rec["result"]
+    return (f"| `torchrun --nproc-per-node 2` extraction, tiny model, {t['prompts']} prompts, one process on "
+            f"{_threads(rec)}, `bench_torchrun_extract.py` | whole command, per repetition: one process "
+            f"{_secs(t['one_process_wall_s'])} s; two ranks (1 thread each) {_secs(t['torchrun_2_wall_s'])} s; "
+            f"two-rank wall / half the one-process wall, medians: **{t['ratio (wall, goal <= 1.2)']:.2f}**; "
+            f"extraction seconds alone {t['ratio (extraction only)']:.2f} (median one process "
+            f"{statistics.median(t['one_process_extraction_s']):.0f} s) |")
+
+
+@helper
+def scale_measured(res: Results) -> str:
+    store, run, run_all = res.json(STORE), res.json(TORCHRUN), res.json(TORCHRUN_THREADS)
+    s = store["result"]
+    rows = [
+        "| Benchmark | Result |", "|---|---|",
+        f"| one column of {s['prompts']:,} prompts (d={s['d']}, float16, {s['parts']} parts of "
+        f"{store['settings']['batch']}), `bench_store_compaction.py` | median of {store['settings']['reps']} loads: "
+        f"{s['column_load_s parts']:.4f} s from the parts, {s['column_load_s compacted']:.4f} s compacted: "
+        f"**{s['speedup']:.1f}x** (goal ≥ 10x) |",
+        f"| per-load verification, same store (median of {store['settings']['reps']}) | compacted: "
+        f"**{s['verification_pct_of_load compacted']:.2f}%** of a load; parts: "
+        f"**{s['verification_pct_of_load parts']:.2f}%** of a parts load (two stats per part file, nothing read) "
+        f"(goal ≤ 1%); reading the verification record, which also lists the parts' ids for the load: "
+        f"{s['record_read_pct_of_load parts']:.2f}% (parts), {s['record_read_pct_of_load compacted']:.2f}% "
+        "(compacted) |",
+        _torchrun_row(run), _torchrun_row(run_all),
+    ]
+    return ("Store: " + _where(store) + ".  \nTorchrun, one thread per process: " + _where(run)
+            + ".  \nTorchrun, the one process on torch's threads: " + _where(run_all) + ".\n\n"
+            + "\n".join(rows) + "\n")
