@@ -20,13 +20,17 @@ def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "cpu": cpu, "platform": platform.platform(), "load_at_start": os.getloadavg()[0]}
 
 
+CODE = ("*.py", "*.yaml", "*.toml", "Makefile", "*.lock")  # what a measurement depends on (not the result files)
+
+
 def git_commit() -> str:
-    """The checkout's short commit, with "+changes" when tracked files differ from it ("" outside a checkout)."""
+    """The checkout's short commit, with "+changes" when tracked code or configs differ from it ("" outside a
+    checkout)."""
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE],
+                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
     return sha + ("+changes" if dirty else "")
