@@ -108,3 +108,17 @@ def test_step_times_compare_each_arm_with_stock_in_the_same_repeat():
     assert st.loc["plugin-sjf", "step_ms"] == 54.0
     assert (st.loc["plugin-sjf", "ratio_min"], st.loc["plugin-sjf", "ratio_median"],
             st.loc["plugin-sjf", "ratio_max"]) == pytest.approx((0.9, 1.0, 1.1))
+
+
+def test_an_aging_weight_to_tune_is_named_in_the_arm_and_a_bad_one_is_one_line():
+    from lengthpred.errors import ConfigError
+    from lengthpred.serve.vllm_bench import arm
+    from lengthpred.serve.vllm_bench_results import RUN
+
+    a = arm("plugin-sjf-aging@3000")
+    assert a.plugin == {"policy": "sjf", "aging_weight": 3000.0}
+    assert RUN.search(f"r03_{a.name}.json.gz")["arm"] == a.name  # the run's file is read back under its arm
+    for bad in ("plugin-sjf-aging@", "plugin-sjf-aging@-5", "plugin-sjf-aging@1e3", "plugin-sjf@300", "fifo"):
+        with pytest.raises(ConfigError) as e:
+            arm(bad)
+        assert "\n" not in str(e.value)

@@ -45,9 +45,16 @@ ARMS = {
 
 
 def arm(name: str) -> Arm:
-    if name not in ARMS:
-        raise ConfigError(f"serve arm {name!r}; valid: {', '.join(ARMS)}")
-    return ARMS[name]
+    """An arm by name; `plugin-sjf-aging@<weight>` is SJF with that aging weight (whole tokens²/s), for tuning it
+    (the name is part of each run's file name, so the weight is digits only)."""
+    if name in ARMS:
+        return ARMS[name]
+    base, sep, weight = name.partition("@")
+    if sep and base == "plugin-sjf-aging":
+        if not weight.isdigit():
+            raise ConfigError(f"serve arm {name!r}: the aging weight after '@' must be a whole number >= 0 (tokens²/s)")
+        return Arm(name, {"policy": "sjf", "aging_weight": float(weight)})
+    raise ConfigError(f"serve arm {name!r}; valid: {', '.join(ARMS)}, or plugin-sjf-aging@<weight>")
 
 
 @dataclass(frozen=True)

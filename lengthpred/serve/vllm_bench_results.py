@@ -27,7 +27,7 @@ from lengthpred.metrics import spearman_or_nan
 from lengthpred.serve.metrics import SLO, latency_metrics
 from lengthpred.serve.paired import RUN_KEYS, paired_gains, pooled_gain
 
-RUN = re.compile(r"r(?P<k>\d+)_(?P<arm>[a-z0-9-]+)\.json\.gz$")
+RUN = re.compile(r"r(?P<k>\d+)_(?P<arm>[a-z0-9@-]+)\.json\.gz$")
 VLLM_STATS = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
               "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms",
               "request_throughput", "output_throughput", "duration", "completed", "failed", "total_output_tokens")
