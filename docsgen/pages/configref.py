@@ -79,7 +79,7 @@ def _cell(s: str) -> str:
     return s.replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
 
 
-@page("docs/reference/config.md", source="docsgen/pages/configref.py", committed=False)
+@page("docs/reference/config.md", source="docsgen/pages/configref.py")
 def render(res: Results) -> str:
     conf = conf_dir(res.root)
     parts = [header("docsgen/pages/configref.py"),
