@@ -4,6 +4,8 @@ trend (-3), so no number in the prose is typed."""
 
 from __future__ import annotations
 
+import re
+
 from docsgen.registry import helper
 from docsgen.results import Results
 
@@ -44,3 +46,19 @@ def gap_summary(res: Results) -> str:
                      f"{t['train prompts to reach the target [95% CI]']} ({t['replicates that reach it']} of the "
                      "bootstrap replicates reach it)")
     return "".join(out) + "; ".join(parts) + "."
+
+
+@helper
+def gap_trend(res: Results, head: str) -> dict:
+    """One head's fitted learning-curve trend: its asymptote, the train prompts it needs for the target share of the
+    ceiling (with the interval) and the train prompts it had."""
+    trend = res.csv(_DATA + TREND, ["head", "asymptote a [95% CI]", "train prompts to reach the target [95% CI]"])
+    curve = res.csv(_DATA + CURVE, ["head", "train prompts"])
+    row = res.row(_DATA + TREND, trend, head=head)
+    need = str(row["train prompts to reach the target [95% CI]"]).replace(" (asymptote below)", "")
+    m = re.fullmatch(r"(?P<point>never|[\d,]+) \[(?P<low>never|[\d,]+), (?P<high>never|[\d,]+)\]", need)
+    if m is None:
+        res.fail(_DATA + TREND, f"train prompts to reach the target: {need!r} is not 'n [low, high]'")
+    return {"asymptote": str(row["asymptote a [95% CI]"]).split(" [")[0], "need": m["point"],
+            "interval": f"95% CI {m['low']} to {m['high']}",
+            "had": f"{max(int(str(n).replace(',', '')) for n in curve['train prompts']):,}"}
