@@ -93,7 +93,7 @@ def nav() -> list:
                                        *({API_TITLES[n]: f"reference/api/{n}.md"} for n in API)]},
                        {"Configuration": "reference/config.md"},
                        {"How these docs are built": "reference/docs.md"}]},
-        {"Log": ["log/index.md", {"Serving notes": "log/serving-notes.md"},
+        {"Log": ["log/index.md", {"Changes since the site": "log/changes.md"}, {"Serving notes": "log/serving-notes.md"},
                  {"Demo results, round 3": "log/demo-results.md"}]},
     ]
 
