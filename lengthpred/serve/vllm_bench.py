@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -44,17 +45,28 @@ ARMS = {
 }
 
 
+_TUNED = re.compile(r"plugin-(?P<policy>sjf|srpt)(?:-aging@(?P<weight>[^-]*))?(?:-y(?P<yields>[^-]*))?")
+_GRAMMAR = "plugin-<sjf|srpt>[-aging@<weight>][-y<max_yields>]"
+
+
 def arm(name: str) -> Arm:
-    """An arm by name; `plugin-sjf-aging@<weight>` is SJF with that aging weight (whole tokens²/s), for tuning it
-    (the name is part of each run's file name, so the weight is digits only)."""
+    """An arm by name. Beside the named ones, `plugin-<sjf|srpt>[-aging@<weight>][-y<max_yields>]` sets the aging
+    weight (whole tokens²/s) and the yield cap to tune them (the name is part of each run's file name, so the
+    numbers are digits only): `plugin-sjf-aging@3000-y1` is SJF aged at 3000 whose decodes yield at most once."""
     if name in ARMS:
         return ARMS[name]
-    base, sep, weight = name.partition("@")
-    if sep and base == "plugin-sjf-aging":
-        if not weight.isdigit():
-            raise ConfigError(f"serve arm {name!r}: the aging weight after '@' must be a whole number >= 0 (tokens²/s)")
-        return Arm(name, {"policy": "sjf", "aging_weight": float(weight)})
-    raise ConfigError(f"serve arm {name!r}; valid: {', '.join(ARMS)}, or plugin-sjf-aging@<weight>")
+    m = _TUNED.fullmatch(name)
+    if m is None or (m["weight"] is None and m["yields"] is None):
+        raise ConfigError(f"serve arm {name!r}; valid: {', '.join(ARMS)}, or {_GRAMMAR}")
+    for part, what in (("weight", "the aging weight after '@' (tokens²/s)"), ("yields", "the yield cap after '-y'")):
+        if m[part] is not None and not m[part].isdigit():
+            raise ConfigError(f"serve arm {name!r}: {what} must be a whole number >= 0")
+    opts: dict[str, Any] = dict(ARMS[f"plugin-{m['policy']}"].plugin or {})
+    if m["weight"] is not None:
+        opts["aging_weight"] = float(m["weight"])
+    if m["yields"] is not None:
+        opts["max_yields"] = int(m["yields"])
+    return Arm(name, opts)
 
 
 @dataclass(frozen=True)
