@@ -19,8 +19,10 @@ class _Features:
         self.ids, self._X = ids, X
 
     def get(self, name):
-        assert name == "hs.L20.last"
+        assert name == self.name
         return self._X
+
+    name = "hs.L20.last"
 
 
 def _synthetic(d: int = 12, seed: int = 0, k: int = 3):
@@ -70,7 +72,34 @@ def _synthetic(d: int = 12, seed: int = 0, k: int = 3):
     return {"indomain": indomain, "cross": cross}, _Features(ids, np.vstack(X)), pd.DataFrame(rows)
 
 
-FAST = ["online.alpha=1.0", "online.record_every=10", "online.n_boot=200", "online.stream_seeds=2"]
+FAST = ["online.alpha=1.0", "online.record_every=10", "online.n_boot=200", "online.stream_seeds=2",
+        "online.export_readouts=false"]  # synthetic features, not the model's states (exported below)
+
+
+def test_each_pair_exports_its_adapted_readout_for_the_server(tmp_path):
+    """The chosen head after the stream is written as a readout file with the model's identity; it predicts as
+    the stream's final head did on the target's test prompts, and a feature the server cannot read exports nothing."""
+    from lengthpred.models.tiny import TINY_HIDDEN
+    from lengthpred.online.readout_file import read_readout
+
+    splits, fs, targets = _synthetic(d=TINY_HIDDEN)
+    fs.name = "hs.L2.last"
+    cfg = compose_cfg([*FAST[:-1], "model=tiny", "online.feature=hs.L2.last", "online.pairs=['a->c']"], tmp_path)
+    res = run_adaptation(cfg, tmp_path / "run", splits=splits, feature_set=fs, targets=targets)
+    path = tmp_path / "run" / "readouts" / "a__c.safetensors"
+    assert res["readouts"] == {"a->c": str(path)}
+    assert json.loads((tmp_path / "run" / "adapt.json").read_text())["readouts"] == {"a->c": str(path)}
+    r = read_readout(path)
+    assert r.layer == 2 and r.identity.hidden_size == TINY_HIDDEN and r.estimator.n_updates_ > 0
+    preds = read_predictions(tmp_path / "run" / "predictions.parquet")
+    final = preds[(preds["head"] == "rls@val") & preds["split"].str.endswith("/test")].set_index("id")["y_pred"]
+    X = fs.get("hs.L2.last")[[fs.ids.index(i) for i in final.index]]
+    np.testing.assert_allclose(r.estimator.predict(X), final.to_numpy(), rtol=1e-6)
+
+    fs.name = "hs.L2.mean"
+    cfg = compose_cfg([*FAST[:-1], "model=tiny", "online.feature=hs.L2.mean", "online.pairs=['a->c']"], tmp_path)
+    res = run_adaptation(cfg, tmp_path / "mean", splits=splits, feature_set=fs, targets=targets)
+    assert "readouts" not in res and not (tmp_path / "mean" / "readouts").exists()
 
 
 @pytest.mark.parametrize("option", ["rls", "sweep"])
@@ -295,7 +324,7 @@ def test_tracker_gets_tables_images_and_headline(tmp_path):
     rec = _Rec()
     cfg = compose_cfg(
         ["online.alpha=1.0", "online.forgetting=[0.99]", "online.record_every=20", "online.n_boot=50"]
-        + ["online.stream_seeds=2"],
+        + ["online.stream_seeds=2", "online.export_readouts=false"],
         tmp_path,
     )
     run_adaptation(cfg, tmp_path, splits=splits, feature_set=fs, targets=targets, tracker=rec)
@@ -396,7 +425,7 @@ def test_every_stream_seed_chooses_lambda_without_the_target_test(tmp_path):
     for name, t in (("a", targets), ("b", scrambled)):
         cfg = compose_cfg(
             ["online.alpha=1.0", "online.record_every=10", "online.n_boot=50", "online.plot_pairs=0"]
-            + ["online.stream_seeds=[0,5,7]"],
+            + ["online.stream_seeds=[0,5,7]", "online.export_readouts=false"],
             tmp_path / name,
         )
         run_adaptation(cfg, tmp_path / name, splits=splits, feature_set=fs, targets=t)

@@ -21,6 +21,7 @@ def test_adapt_loads_prompts_splits_features_and_targets(tmp_path, monkeypatch, 
         "online.alpha=10.0",
         "online.plot_pairs=0",
         "online.pairs=['chat->math','summarization->qa']",
+        "online.export_readouts=false",  # random 16-wide features: not the model's states
     ]
     cfg = compose_cfg(overrides, tmp_path)
     prompts = load_prompts(cfg.data)

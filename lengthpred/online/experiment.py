@@ -96,7 +96,8 @@ class AdaptSettings:
     seed: int = 0
 
     # keys of the `online` group read by the stage (lengthpred.stages.adapt), not by the experiment
-    STAGE_KEYS: ClassVar[tuple[str, ...]] = ("name", "trace_cap", "blas_threads", "baselines", "completion")
+    STAGE_KEYS: ClassVar[tuple[str, ...]] = ("name", "trace_cap", "blas_threads", "baselines", "completion",
+                                             "export_readouts")
 
     @classmethod
     def from_mapping(cls, online: Mapping[str, Any], seed: int = 0) -> AdaptSettings:
@@ -117,9 +118,12 @@ def run_adaptation(
     completion: Any,
     config: Mapping[str, Any] | None = None,
     tracker: Any = None,
+    export: Callable[[str, Any], Path | None] | None = None,
 ) -> dict[str, Any]:
     """Stream every pair of `splits` (module docstring); `make_heads(alpha)` gives fresh heads (`static`
-    among them), `completion` serves the stream. `config` is written into adapt.json."""
+    among them), `completion` serves the stream. `config` is written into adapt.json. `export(pair, estimator)`
+    receives each pair's chosen head after its first seed's stream (the readout adapted to the target) and
+    returns where it wrote it (adapt.json's `readouts`)."""
     s = settings
     candidates = [rls_name(lam) for lam in s.forgetting]
     if not candidates:
@@ -139,6 +143,7 @@ def run_adaptation(
     meta: list[dict[str, Any]] = []
     seeds = stream_seeds(s.stream_seeds, s.seed)
     base_seed = int(getattr(completion, "seed", 0) or 0)  # the completion model's own seed, for seeds[0]
+    readouts: dict[str, str] = {}
     for pair in pairs:
         alpha = None  # seed-independent (the source fit): chosen once per pair
         for k, sd in enumerate(seeds):
@@ -162,6 +167,11 @@ def run_adaptation(
                 ps, s, make_heads, completion, candidates, compared, targets, float(alpha), primary=k == 0
             )
             frames["meta"]["stream_seed"] = sd
+            adapted = frames.pop("estimator", None)
+            if export is not None and adapted is not None:
+                written = export(ps.name, adapted)
+                if written is not None:
+                    readouts[ps.name] = str(written)
             for key in ("sp", "test"):
                 frames[key]["stream_seed"] = sd
             for key, df in frames.items():
@@ -195,6 +205,8 @@ def run_adaptation(
     _plots(out / "plots", curves_df, stream_df, gains, pairs_df, s.plot_pairs, oracle)
     headline = headline_numbers(per_target, pairs_df, heads)
     headline["stream_seeds"] = seeds
+    if readouts:
+        headline["readouts"] = readouts
     (out / "adapt.json").write_text(
         json.dumps({"config": dict(config or {}), **headline}, indent=2, default=float)
     )
@@ -287,6 +299,7 @@ def _one_pair(
                 "stream": label_pair(curves, ps),
                 "summary": res.summary,
                 "preds": prediction_rows(ps, res, targets),
+                "estimator": res.estimators.get(SELECTED),
             }
         )
     return out

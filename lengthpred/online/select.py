@@ -62,4 +62,5 @@ def with_selected(res: StreamResult, chosen: str, name: str = SELECTED) -> Strea
         stream_predictions=copy(res.stream_predictions),
         test_predictions=copy(res.test_predictions),
         summary=summary,
+        estimators={**res.estimators, **({name: res.estimators[chosen]} if chosen in res.estimators else {})},
     )

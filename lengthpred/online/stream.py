@@ -87,6 +87,7 @@ class StreamResult:
     stream_predictions: pd.DataFrame
     test_predictions: pd.DataFrame  # head, id, y_true, y_pred (final state)
     summary: pd.DataFrame  # one row per head: final and in-stream metrics, labels seen, update cost
+    estimators: dict[str, Any] = field(default_factory=dict)  # head -> its estimator after the stream
 
 
 def _mae(y: np.ndarray, p: np.ndarray) -> float:
@@ -217,6 +218,7 @@ def run_stream(
         stream_predictions=pd.concat(stream_rows, ignore_index=True),
         test_predictions=pd.concat(test_rows, ignore_index=True),
         summary=pd.DataFrame(summary),
+        estimators={h: spec.estimator for h, spec in heads.items()},
     )
 
 

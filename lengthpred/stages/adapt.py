@@ -1,6 +1,11 @@
 """The adapt stage (`scripts/adapt.py`): every cross-domain pair of a config as a stream
 (`lengthpred.online.experiment`), with the heads and completion model its `online` group builds.
 
+Each pair's chosen RLS head, as it stands after the stream (fitted on the source, adapted on the target's
+completed requests), is written as a readout file `vllm serve` loads (`readouts/<source>__<target>.safetensors`,
+the format of `lengthpred.online.readout_file`), when the stream reads a servable feature (one layer's
+last-token state); otherwise the reason is logged.
+
 `online.blas_threads` caps BLAS threads for the stage (threadpoolctl): threaded level-2 BLAS at d≈576 spins
 badly on a busy small machine (measured here: a 577×577 Cholesky took seconds).
 """
@@ -8,7 +13,7 @@ badly on a busy small machine (measured here: a 577×577 Cholesky took seconds).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -19,14 +24,19 @@ from threadpoolctl import threadpool_limits
 
 from lengthpred.data import load_prompts, load_splits
 from lengthpred.errors import ConfigError
-from lengthpred.names import mean_oracle_name, rls_name
+from lengthpred.names import PAIR_SEP, FeatureKey, mean_oracle_name, rls_name
 from lengthpred.online import experiment
+from lengthpred.online.readout_file import write_readout
 from lengthpred.online.rls import RLSRegressor
 from lengthpred.online.stream import HeadSpec
 from lengthpred.stages.features import ensure_features
+from lengthpred.stages.readout_export import model_identity
 from lengthpred.stages.targets import load_targets
 from lengthpred.stages.tracking import tracked
 from lengthpred.targets import target_frame
+
+
+log = logging.getLogger("lengthpred.adapt")
 
 
 def build_heads(ocfg: Mapping[str, Any], alpha: float) -> dict[str, HeadSpec]:
@@ -99,8 +109,31 @@ def run_adaptation(cfg: Any, out_dir: str | Path, *, splits: Mapping[str, Any] |
         return experiment.run_adaptation(
             settings, out_dir, splits=splits, feature_set=feature_set, targets=targets,
             make_heads=lambda alpha: build_heads(ocfg, alpha), completion=build_completion(ocfg),
-            config=_plain(ocfg), tracker=tracker,
+            config=_plain(ocfg), tracker=tracker, export=(readout_exporter(cfg, settings.feature, out_dir)
+                                                      if ocfg.export_readouts else None),
         )
+
+
+def readout_exporter(cfg: Any, feature: str, out_dir: str | Path) -> Callable[[str, Any], Path | None] | None:
+    """`export(pair, estimator)` writing each pair's adapted readout under `out_dir/readouts/`; None (the
+    reason logged) when the stream's feature cannot be served."""
+    key = FeatureKey.parse(feature)
+    if key.pool != "last":
+        log.info("no adapted readout files: the stream reads %s; the server reads the last prompt token's state",
+                 feature)
+        return None
+    identity = model_identity(cfg.model)
+    folder = Path(out_dir) / "readouts"
+
+    def export(pair: str, estimator: Any) -> Path | None:
+        if not isinstance(estimator, RLSRegressor) or estimator._M is None:
+            return None
+        name = pair.replace(PAIR_SEP, "__")
+        return write_readout(folder / f"{name}.safetensors", estimator, identity, layer=int(key.layer),
+                             source=f"scripts/adapt.py ({feature}, {cfg.data.name}, pair {pair}: the chosen "
+                                    f"forgetting's RLS after the stream)")
+
+    return export
 
 
 def run_adapt(cfg: DictConfig, out: str | Path) -> Path:
