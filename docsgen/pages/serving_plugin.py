@@ -20,6 +20,7 @@ import pandas as pd
 from docsgen.registry import Producer, helper, page, register_producer
 from docsgen.render import header
 from docsgen.results import Results
+from docsgen.pages.serving_tuning import tuning_section
 from docsgen.studies import DATA
 
 REFERENCE = "data/reference/smollm2-135m/vllm_bench"
@@ -271,6 +272,7 @@ def render(res: Results) -> str:
 
     if gains is not None and not gains.empty:
         text += _goals(cells, gains, over), _harness(res, cells, gains)
+    text.append(tuning_section(res, GOAL_TAIL))
     rows = [[str(c["cell"]), f"{c['load']:g}", f"{c['burstiness']:g}", str(c["n_requests"]),
              f"{c['repeats_done_min']} of {c['repeats']}", f"{c['capacity_rps']:.4g}", str(c["vllm"]), str(c["started"])]
             for _, c in cells.iterrows()]
