@@ -101,6 +101,11 @@ def test_each_pair_exports_its_adapted_readout_for_the_server(tmp_path):
     res = run_adaptation(cfg, tmp_path / "mean", splits=splits, feature_set=fs, targets=targets)
     assert "readouts" not in res and not (tmp_path / "mean" / "readouts").exists()
 
+    cfg = compose_cfg([*FAST[:-1], "model=tiny", "online.feature=hs.L20.last"], tmp_path)
+    with pytest.raises(ConfigError, match="1..3 for tiny") as e:  # the tiny model has 4 layers
+        run_adaptation(cfg, tmp_path / "deep", splits=splits, feature_set=fs, targets=targets)
+    assert "\n" not in str(e.value) and not (tmp_path / "deep" / "summary.csv").exists()
+
 
 @pytest.mark.parametrize("option", ["rls", "sweep"])
 def test_online_options_compose_and_build(option, tmp_path):

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from docsgen.pages.serving_tuning import tuning_section
 from docsgen.registry import Producer, helper, page, register_producer
 from docsgen.render import header
 from docsgen.results import Results
-from docsgen.pages.serving_tuning import tuning_section
 from docsgen.studies import DATA
 
 REFERENCE = "data/reference/smollm2-135m/vllm_bench"
@@ -201,8 +201,9 @@ def _harness(res: Results, cells: pd.DataFrame, gains: pd.DataFrame) -> str:
             "own client over HTTP, with vLLM's defaults (prefix caching on), as a user's server runs. Both prefill "
             "every arrival before ranking it (LEAP predicts from the prefill), so TTFT falls while a long request "
             "can be passed by every shorter arrival; why the plugin's E2E tail differs from the harness's is not "
-            f"yet measured apart (the aging weight, {aging:g} tokens² per second, was carried over from the "
-            "harness, not tuned here).\n\n")
+            f"yet measured apart (the test cells' aging weight, {aging:g} tokens² per second, was carried over "
+            "from the harness; the tuning section below tries heavier aging and a yield cap on validation "
+            "arrivals).\n\n")
 
 
 def _max_tokens(manifest: dict) -> int | None:

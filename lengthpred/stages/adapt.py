@@ -35,7 +35,6 @@ from lengthpred.stages.targets import load_targets
 from lengthpred.stages.tracking import tracked
 from lengthpred.targets import target_frame
 
-
 log = logging.getLogger("lengthpred.adapt")
 
 
@@ -94,7 +93,7 @@ def load_inputs(cfg: Any) -> tuple[dict, Any, Any]:
 def run_adaptation(cfg: Any, out_dir: str | Path, *, splits: Mapping[str, Any] | None = None,
                    feature_set: Any = None, targets: Any = None, tracker: Any = None) -> dict[str, Any]:
     """Run the online stage; inputs (splits, feature_set, targets) default to the config's stages. Every
-    config error (λ, baselines, completion) is raised before any input is loaded."""
+    config error (λ, baselines, completion, a served readout's layer) is raised before any input is loaded."""
     ocfg = cfg.online
     if "static" not in build_heads(ocfg, 1.0):  # validates λ and baselines before any work
         raise ConfigError("online.baselines.static is the reference of every difference: keep it")
@@ -102,6 +101,7 @@ def run_adaptation(cfg: Any, out_dir: str | Path, *, splits: Mapping[str, Any] |
     settings = experiment.AdaptSettings.from_mapping(_plain(ocfg), seed=int(cfg.seed))
     if not settings.forgetting:
         raise ConfigError("online.forgetting: at least one λ (the candidates chosen on validation)")
+    export = readout_exporter(cfg, settings.feature, out_dir) if ocfg.export_readouts else None
     limit = nullcontext() if ocfg.blas_threads is None else threadpool_limits(int(ocfg.blas_threads), "blas")
     with limit:
         if splits is None or feature_set is None or targets is None:
@@ -109,8 +109,7 @@ def run_adaptation(cfg: Any, out_dir: str | Path, *, splits: Mapping[str, Any] |
         return experiment.run_adaptation(
             settings, out_dir, splits=splits, feature_set=feature_set, targets=targets,
             make_heads=lambda alpha: build_heads(ocfg, alpha), completion=build_completion(ocfg),
-            config=_plain(ocfg), tracker=tracker, export=(readout_exporter(cfg, settings.feature, out_dir)
-                                                      if ocfg.export_readouts else None),
+            config=_plain(ocfg), tracker=tracker, export=export,
         )
 
 
@@ -123,6 +122,9 @@ def readout_exporter(cfg: Any, feature: str, out_dir: str | Path) -> Callable[[s
                  feature)
         return None
     identity = model_identity(cfg.model)
+    if not 1 <= int(key.layer) < identity.num_hidden_layers:  # before any stream, not after the first pair's
+        raise ConfigError(f"online.feature={feature}: a served readout reads after a decoder layer, "
+                          f"1..{identity.num_hidden_layers - 1} for {identity.name} (or online.export_readouts=false)")
     folder = Path(out_dir) / "readouts"
 
     def export(pair: str, estimator: Any) -> Path | None:
