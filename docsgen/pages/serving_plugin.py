@@ -108,6 +108,11 @@ def _met(ok: bool) -> str:
     return "**met**" if ok else "**not met**"
 
 
+def _provisional(verdict: str, n: int, full: int = 10) -> str:
+    """A verdict on fewer repeats than a campaign cell's ten is marked provisional."""
+    return verdict if n >= full else f"{verdict} so far ({n} of {full} repeats: provisional)"
+
+
 def _spread(over: dict) -> float:
     """The widest range of plugin / stock over the overhead pairs (0 without a benchmark)."""
     if not over:
@@ -122,15 +127,21 @@ def _goals(cells: pd.DataFrame, gains: pd.DataFrame, over: dict) -> str:
     rows = []
     for cell in sorted(set(gains["cell"])):
         sjf = _gain_row(gains, cell, "plugin-sjf", "per_token_latency_mean")
-        tail = _gain_row(gains, cell, "plugin-sjf-aging", "jct_p99")
+        aged = sorted(p for p in set(gains.loc[gains["cell"] == cell, "policy"]) if p.startswith("plugin-sjf-aging"))
         if sjf is not None:
             rows.append([cell, f"plugin SJF per-token latency ≥ {_pct(GOAL_SJF)} over stock FCFS",
                          f"{_pct(sjf['median_repeat_gain'])} (median per-repeat gain of the per-run mean, "
-                         f"{int(sjf['n'])} repeats)", _met(sjf["median_repeat_gain"] >= GOAL_SJF)])
-        if tail is not None:
-            rows.append([cell, f"plugin SJF + aging E2E p99 no worse than stock FCFS by more than {-GOAL_TAIL:.0%}",
-                         f"{_pct(tail['median_repeat_gain'])} (median per-repeat gain of the per-run p99)",
-                         _met(tail["median_repeat_gain"] >= GOAL_TAIL)])
+                         f"{int(sjf['n'])} repeats)", _provisional(_met(sjf["median_repeat_gain"] >= GOAL_SJF),
+                                                                int(sjf["n"]))])
+        for arm in aged:
+            tail = _gain_row(gains, cell, arm, "jct_p99")
+            if tail is None:
+                continue
+            rows.append([cell, f"plugin SJF + aging (`{arm}`) E2E p99 no worse than stock FCFS by more than "
+                               f"{-GOAL_TAIL:.0%}",
+                         f"{_pct(tail['median_repeat_gain'])} (median per-repeat gain of the per-run p99, "
+                         f"{int(tail['n'])} repeats)", _provisional(_met(tail["median_repeat_gain"] >= GOAL_TAIL),
+                                                                 int(tail["n"]))])
     if over:
         o = over["plugin_over_stock"]
         rows.append(["overhead", f"plugin FCFS costs ≤ {GOAL_COST:.0%} throughput against stock",
