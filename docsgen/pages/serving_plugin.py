@@ -352,7 +352,7 @@ def plugin_gain(res: Results, cell: str, policy: str, metric: str) -> dict:
 
 @helper
 def plugin_cells(res: Results) -> str:
-    """The campaign's cells as `load L at burstiness B, n repeats`, joined; what the plugin was measured in."""
+    """The campaign's cells as `` `name`: load L at burstiness B, n repeats``, joined; what the plugin was measured in."""
     cells = res.csv(CELLS, ["cell", "load", "burstiness", "repeats_done_min"])
-    return "; ".join(f"load {c['load']} at burstiness {c['burstiness']}, {c['repeats_done_min']} repeats"
+    return "; ".join(f"`{c['cell']}`: load {c['load']} at burstiness {c['burstiness']}, {c['repeats_done_min']} repeats"
                      for _, c in cells.iterrows())
