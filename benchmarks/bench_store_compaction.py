@@ -9,8 +9,9 @@ No model runs: random float16 columns are written with the store's own writer (`
 checksums and verification record are what an extraction leaves. Timings are the median of `--reps` loads, each
 in this warm process with the files in the page cache (a cold disk makes the parts layout slower still: it opens
 N/16 files per column, the compacted store one). Reported: a "load" is `load_features(store)` plus `.get(column)`;
-"verification" is the `VerifiedFiles.check` calls such a load makes (each file and its digest file stat-ed and
-compared with the record, nothing read or re-hashed), with reading the record itself reported apart (a load reads it
+"verification" is the `VerifiedFiles.check` calls such a load makes (a part: one stat, its digest file's presence read
+from the folder listing the load makes anyway; a compacted file: it and its digest file stat-ed; each compared with
+the record, nothing read or re-hashed), with reading the record itself reported apart (a load reads it
 anyway: it also lists each part's ids), and, for the first load, the one full hash of every file.
 """
 
@@ -30,8 +31,15 @@ import torch
 
 from lengthpred.features.compact import COMPACT, IDS, column_file
 from lengthpred.features.maintenance import compact_store
-from lengthpred.features.store import MANIFEST, atomic_write_json, load_features, part_files, write_part
-from lengthpred.integrity import VerifiedFiles
+from lengthpred.features.store import (
+    MANIFEST,
+    atomic_write_json,
+    listed_parts,
+    load_features,
+    part_files,
+    write_part,
+)
+from lengthpred.integrity import CHECKSUM_SUFFIX, VerifiedFiles
 from lengthpred.machine import record
 
 
@@ -55,16 +63,19 @@ def median_time(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def verification_time(files: list[Path], folder: Path, reps: int) -> tuple[float, float]:
+def verification_time(files: list[Path], folder: Path, reps: int,
+                      listed: set[str] | None = None) -> tuple[float, float]:
     """(the checks a load makes of `files` once they are recorded, reading the record itself): median seconds each.
-    The record (`.verified.json`) is read by every load anyway, for the parts' ids it also keeps, so it is
-    reported apart from the checks."""
+    `listed`: the folder listing a parts load makes anyway, which says whether each digest file is there. The record
+    (`.verified.json`) is read by every load anyway, for the parts' ids it also keeps, so it is reported apart from
+    the checks."""
     read = median_time(lambda: VerifiedFiles(folder), reps)
     v = VerifiedFiles(folder)
 
     def check() -> None:
         for f in files:
-            assert v.check(f) is None
+            has = None if listed is None else os.fspath(f) + CHECKSUM_SUFFIX in listed
+            assert v.check(f, has_digest=has) is None
 
     return median_time(check, reps), read
 
@@ -93,7 +104,7 @@ def main() -> None:
         load_features(root)  # the first load hashes every part once and records it
         first_s = time.perf_counter() - t0
         before = median_time(lambda: load_features(root).get(col), args.reps)
-        verify_before, record_before = verification_time(parts, root, args.reps)
+        verify_before, record_before = verification_time(parts, root, args.reps, listed_parts(root)[1])
         t0 = time.perf_counter()
         compact_store(root)
         compact_s = time.perf_counter() - t0

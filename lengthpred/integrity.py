@@ -12,8 +12,8 @@ writes, folder locks and quarantine of damaged parts.
 - `locked(lock_file)` (`lengthpred.locks`): an exclusive lock held for the block, `flock` or, where the
   filesystem lacks it, an exclusive lock file; a second process waits for it.
 - `VerifiedFiles(folder)`: each file checked against its stored digest once, then trusted while its size and
-  mtime (and its digest file) stay as they were checked (`.verified.json` in the folder), so a large store is
-  not re-hashed on every load. A file without a stored digest is never trusted.
+  mtime stay as they were checked and its digest file is there (`.verified.json` in the folder), so a large store
+  is not re-hashed on every load. A file without a stored digest is never trusted.
 - `claim_json(path, record)`: a record created exclusively (the first writer's wins), e.g. a store's layout.
 - `quarantine(path, why)`: a damaged part is renamed `<name>.bad` (with its checksum), out of every glob,
   and one line names it; the caller then treats its rows as missing and recomputes them.
@@ -213,16 +213,16 @@ def claim_json(path: str | Path, record: dict[str, Any]) -> dict[str, Any] | Non
         tmp.unlink(missing_ok=True)
 
 
-VERIFIED = ".verified.json"  # file (relative to its folder) -> [size, mtime_ns, [its digest file's size, mtime_ns],
-#                                extra] as last checked
+VERIFIED = ".verified.json"  # file (relative to its folder) -> [size, mtime_ns, None, extra] as last checked (an
+#                                entry from before, with its digest file's stamp in the third slot, is re-hashed once)
 
 
 class VerifiedFiles:
     """The files of `folder` already checked against their stored digests (`<file>.sha256`), kept in
-    `<folder>/.verified.json`: a file whose size and mtime, and its digest file's, are those of its last check is
-    trusted without reading either again; any change re-hashes it. `extra` holds what a caller read from a checked file
-    (a part's ids), valid exactly as long as the check. `save()` writes the record back when it changed (a
-    read-only folder keeps it in memory only)."""
+    `<folder>/.verified.json`: a file whose size and mtime are those of its last check, and whose digest file is
+    still there, is trusted without being read again; any change re-hashes it against its digest. `extra` holds what a
+    caller read from a checked file (a part's ids), valid exactly as long as the check. `save()` writes the record
+    back when it changed (a read-only folder keeps it in memory only)."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
@@ -238,24 +238,23 @@ class VerifiedFiles:
         p, root = os.fspath(path), self._prefix
         return p[len(root):] if p.startswith(root) else str(Path(p).relative_to(self.folder))
 
-    def check(self, path: str | Path) -> str | None:
-        """Why `path` cannot be trusted ("no stored digest", "checksum mismatch ...", "unreadable"), or None."""
+    def check(self, path: str | Path, *, has_digest: bool | None = None) -> str | None:
+        """Why `path` cannot be trusted ("no stored digest", "checksum mismatch ...", "unreadable"), or None.
+        `has_digest`: whether its digest file is there, when the caller has listed the folder anyway (a load of
+        many parts then costs one stat per file); None stats it."""
         p = os.fspath(path)  # plain strings and os.stat: a load checks every part, so this path is kept lean
-        try:  # the digest file is stat-ed, not read, while both files are as last checked: two stats per file
-            ck_st = os.stat(p + CHECKSUM_SUFFIX)
-        except OSError:
+        if not (os.path.exists(p + CHECKSUM_SUFFIX) if has_digest is None else has_digest):
             return "no stored digest (written before checksums, or its digest file was removed)"
         try:
             st = os.stat(p)
         except OSError:
             return "unreadable (gone)"
-        key, stamp = self._key(p), [st.st_size, st.st_mtime_ns, [ck_st.st_size, ck_st.st_mtime_ns]]
+        key = self._key(p)
         seen = self._seen.get(key)
-        if seen is not None and seen[:3] == stamp:
+        if seen is not None and seen[0] == st.st_size and seen[1] == st.st_mtime_ns and seen[2] is None:
             return None
-        path, ck = Path(p), Path(p + CHECKSUM_SUFFIX)
         try:
-            digest = ck.read_text().strip()
+            digest = Path(p + CHECKSUM_SUFFIX).read_text().strip()
             actual = file_digest(path)
         except OSError:
             return "unreadable"
@@ -263,7 +262,7 @@ class VerifiedFiles:
             self._seen.pop(key, None)
             self._dirty = True
             return "checksum mismatch (the file changed after it was written)"
-        self._seen[key] = [*stamp, None]
+        self._seen[key] = [st.st_size, st.st_mtime_ns, None, None]
         self._dirty = True
         return None
 

@@ -76,6 +76,20 @@ def test_a_part_without_its_digest_is_recomputed_not_trusted(store, tiny_model, 
         np.testing.assert_array_equal(got[k], want[k])
 
 
+def test_a_recorded_part_whose_digest_file_is_deleted_is_no_longer_trusted(store, monkeypatch):
+    load_features(store)  # checked and recorded
+    part = part_files(store)[-1]
+    integrity.checksum_path(part).unlink()  # the part itself unchanged, the record of its check kept
+    stats = []
+    real = os.stat
+    monkeypatch.setattr(integrity.os, "stat", lambda p, *a, **k: stats.append(os.fspath(p)) or real(p, *a, **k))
+    with pytest.raises(DataError, match="features incomplete"):
+        load_features(store)
+    assert part.with_name(part.name + ".bad").is_file()
+    digests = {s for s in stats if s.endswith(integrity.CHECKSUM_SUFFIX)}  # presence read from the load's listing:
+    assert digests <= {os.fspath(integrity.checksum_path(part))}  # only the move aside looks for the lost one
+
+
 def test_shards_write_their_own_folders_and_one_layout_per_store(tiny_model, tokenizer, tmp_path):
     root = tmp_path / "s"
     run(tiny_model, tokenizer, root, shard=(0, 2))

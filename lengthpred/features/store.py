@@ -11,7 +11,7 @@ Layout of `data/features/<model>/<cache-key>/`:
                            token the pools range over; absent in stores made before `features.span`),
                            `offsets` [b+1]
   parts/.../<name>.sha256  the sha256 each part was written with, checked once (`.verified.json` keeps the
-                           size, mtime and digest checked, and the part's ids): a part that fails it, has no
+                           size and mtime checked, and the part's ids): a part that fails it, has no
                            digest, or cannot be read is moved aside as `.bad` and its prompts count as missing,
                            so the extraction's resume recomputes them (lengthpred.integrity)
   compact/                 optional: one memory-mapped Arrow file per column + an id table, read instead of
@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -39,7 +40,14 @@ from lengthpred.errors import DataError
 from lengthpred.features.compact import CompactColumns, open_compact
 from lengthpred.features.layout import repair_command
 from lengthpred.features.settings import LEGACY_POOLING
-from lengthpred.integrity import VerifiedFiles, atomic_write_text, publish, quarantine, temp_path
+from lengthpred.integrity import (
+    CHECKSUM_SUFFIX,
+    VerifiedFiles,
+    atomic_write_text,
+    publish,
+    quarantine,
+    temp_path,
+)
 from lengthpred.names import hidden_name
 
 MANIFEST = "manifest.json"
@@ -78,10 +86,23 @@ def write_part(root: Path, ids: Sequence[str], columns: dict[str, torch.Tensor],
     return publish(tmp, out)
 
 
+def listed_parts(root: Path) -> tuple[list[Path], set[str]]:
+    """(every part file of the store, the path of every file under `parts/`), from one walk of the folders (all
+    shard folders, and `parts/` itself for stores from before them): what a load needs to know of digests and
+    token-level files without a stat per file."""
+    parts, names = [], set()
+    for folder, _, files in os.walk(root / "parts"):
+        for f in files:
+            full = os.path.join(folder, f)
+            names.add(full)
+            if f.endswith(".safetensors") and not f.endswith(".tokens.safetensors"):
+                parts.append(Path(full))
+    return sorted(parts, key=lambda p: (p.name, str(p))), names
+
+
 def part_files(root: Path) -> list[Path]:
-    """Every part file of the store (all shard folders, and `parts/` itself for stores from before them)."""
-    return sorted((p for p in (root / "parts").rglob("*.safetensors") if not p.name.endswith(".tokens.safetensors")),
-                  key=lambda p: (p.name, str(p)))
+    """Every part file of the store (`listed_parts`)."""
+    return listed_parts(root)[0]
 
 
 def part_ids(path: Path) -> list[str]:
@@ -89,9 +110,9 @@ def part_ids(path: Path) -> list[str]:
         return json.loads(f.metadata()["ids"])
 
 
-def _damage(path: Path, verified: VerifiedFiles) -> str | None:
+def _damage(path: Path, verified: VerifiedFiles, listed: set[str]) -> str | None:
     """Why a part file cannot be trusted (no digest, checksum mismatch, unreadable), or None."""
-    why = verified.check(path)
+    why = verified.check(path, has_digest=os.fspath(path) + CHECKSUM_SUFFIX in listed)
     if why is not None or verified.extra(path) is not None or path.name.endswith(".tokens.safetensors"):
         return why
     try:  # its ids, read once while the check holds
@@ -108,9 +129,10 @@ def intact_parts(root: Path) -> list[tuple[Path, list[str]]]:
     missing. Each file is hashed once; later loads compare its size and mtime (`VerifiedFiles`)."""
     out = []
     verified = VerifiedFiles(root)
-    for p in part_files(root):
+    parts, listed = listed_parts(root)
+    for p in parts:
         tokens = _tokens_path(p)
-        why = _damage(p, verified) or (_damage(tokens, verified) if tokens.is_file() else None)
+        why = _damage(p, verified, listed) or (_damage(tokens, verified, listed) if str(tokens) in listed else None)
         if why is not None:
             for f in (tokens, p):
                 if f.is_file():
