@@ -123,8 +123,13 @@ def test_an_aging_weight_to_tune_is_named_in_the_arm_and_a_bad_one_is_one_line()
     assert RUN.search(f"r00_{capped.name}.json.gz")["arm"] == capped.name
     assert arm("plugin-sjf-y0").plugin == {"policy": "sjf", "max_yields": 0}
     assert arm("plugin-srpt-y4").plugin == {"policy": "srpt", "max_yields": 4}  # overrides the named arm's cap
+    assert arm("plugin-sjf-aging@3000-y1-d30").plugin == {"policy": "sjf", "aging_weight": 3000.0, "max_yields": 1,
+                                                         "deadline_s": 30.0}
+    assert arm("plugin-sjf-d5").plugin == {"policy": "sjf", "deadline_s": 5.0}
+    assert RUN.search("r01_plugin-sjf-aging@3000-y1-d30.json.gz")["arm"] == "plugin-sjf-aging@3000-y1-d30"
     for bad in ("plugin-sjf-aging@", "plugin-sjf-aging@-5", "plugin-sjf-aging@1e3", "plugin-sjf@300", "fifo",
-                "plugin-sjf-y", "plugin-sjf-y-1", "plugin-sjf-aging@30-y1.5", "plugin-fcfs-y1", "plugin-sjf-y1-aging@3"):
+                "plugin-sjf-y", "plugin-sjf-y-1", "plugin-sjf-aging@30-y1.5", "plugin-fcfs-y1", "plugin-sjf-y1-aging@3",
+                "plugin-sjf-d0", "plugin-sjf-d", "plugin-sjf-d2.5", "plugin-sjf-d30-y1"):
         with pytest.raises(ConfigError) as e:
             arm(bad)
         assert "\n" not in str(e.value)

@@ -84,6 +84,25 @@ def test_aging_lifts_a_long_request_that_waited():
     assert plan_step([long_old, short_new], 1, SJF, 600.0).run == ["short"]
 
 
+def test_a_deadline_puts_overdue_requests_first_oldest_first_even_before_later_prefills():
+    opts = PolicyOptions("sjf", deadline_s=30.0)
+    old_long, older_long = v("old", PARKED, 400, arrival=65.0), v("older", PARKED, 450, arrival=64.5)
+    short = v("short", DECODE, 10, arrival=95.0)
+    assert key(old_long, opts, 94.0) == 400  # 29 s old: still ranked by its prediction
+    assert key(old_long, opts, 95.0) == -math.inf  # 30 s: overdue, never passed over again
+    assert plan_step([old_long, older_long, short], 1, opts, 94.0).run == ["short"]
+    assert plan_step([old_long, older_long, short], 1, opts, 95.0).run == ["older"]  # both due: the older first
+    assert plan_step([old_long, older_long, short], 2, opts, 95.0).run == ["older", "old"]
+    # new arrivals are prefilled first, but not ahead of an overdue request that came before them
+    late_new, early_new = v("n_late", NEW, arrival=94.0), v("n_early", NEW, arrival=50.0)
+    plan = plan_step([old_long, late_new], 1, opts, 95.0)
+    assert (plan.run, plan.waiting) == (["old"], ["n_late"])
+    plan = plan_step([old_long, early_new], 1, opts, 95.0)
+    assert (plan.run, plan.waiting, plan.park) == ([], ["n_early"], ["old"])
+    plan = plan_step([old_long, late_new], 1, SJF, 95.0)  # without a deadline the new prefill goes first
+    assert (plan.run, plan.waiting) == ([], ["n_late"])
+
+
 def test_unpredicted_and_capped_requests_never_yield():
     opts = PolicyOptions("sjf", max_yields=2)
     assert key(v("x", DECODE, None), opts, 0.0) == -math.inf

@@ -17,6 +17,8 @@ def test_defaults_and_the_checkpoint_beside_the_readout():
     s = PluginSettings.from_sources(ENV, None)
     assert (s.policy, s.aging_weight, s.max_yields, s.updates) == ("sjf", 0.0, None, "thread")
     assert str(s.checkpoint) == "/models/readout.live.safetensors"
+    assert s.deadline_s is None
+    assert PluginSettings.from_sources(ENV, {"lengthpred": {"deadline_s": 30}}).deadline_s == 30.0
     s = PluginSettings.from_sources(ENV, {"lengthpred": {"policy": "srpt", "max_yields": 2, "aging_weight": 300,
                                                          "checkpoint_path": "/tmp/x.safetensors"}})
     assert (s.policy, s.max_yields, s.aging_weight, str(s.checkpoint)) == ("srpt", 2, 300.0, "/tmp/x.safetensors")
@@ -28,6 +30,9 @@ def test_defaults_and_the_checkpoint_beside_the_readout():
     ({"aging_weight": float("inf")}, "finite"),
     ({"max_yields": -1}, ">= 0 or null"),
     ({"max_prefill_slots": 0}, ">= 1 or null"),
+    ({"deadline_s": 0}, "> 0 seconds or null"),
+    ({"deadline_s": float("nan")}, "> 0 seconds or null"),
+    ({"policy": "fcfs", "deadline_s": 30}, "with policy fcfs"),
     ({"updates": "sometimes"}, "valid: thread, inline, off"),
     ({"checkpoint_every": 0}, ">= 1"),
     ({"rows_timeout_s": 0}, "> 0"),

@@ -45,27 +45,31 @@ ARMS = {
 }
 
 
-_TUNED = re.compile(r"plugin-(?P<policy>sjf|srpt)(?:-aging@(?P<weight>[^-]*))?(?:-y(?P<yields>[^-]*))?")
-_GRAMMAR = "plugin-<sjf|srpt>[-aging@<weight>][-y<max_yields>]"
+_TUNED = re.compile(r"plugin-(?P<policy>sjf|srpt)(?:-aging@(?P<weight>[^-]*))?(?:-y(?P<yields>[^-]*))?"
+                    r"(?:-d(?P<deadline>[^-]*))?")
+_GRAMMAR = "plugin-<sjf|srpt>[-aging@<weight>][-y<max_yields>][-d<deadline_s>]"
+_PARTS = (("weight", "aging_weight", float, 0, "the aging weight after '@' (tokens²/s)"),
+          ("yields", "max_yields", int, 0, "the yield cap after '-y'"),
+          ("deadline", "deadline_s", float, 1, "the deadline after '-d' (seconds)"))
 
 
 def arm(name: str) -> Arm:
-    """An arm by name. Beside the named ones, `plugin-<sjf|srpt>[-aging@<weight>][-y<max_yields>]` sets the aging
-    weight (whole tokens²/s) and the yield cap to tune them (the name is part of each run's file name, so the
-    numbers are digits only): `plugin-sjf-aging@3000-y1` is SJF aged at 3000 whose decodes yield at most once."""
+    """An arm by name. Beside the named ones, `plugin-<sjf|srpt>[-aging@<weight>][-y<max_yields>][-d<deadline_s>]`
+    sets the aging weight (whole tokens²/s), the yield cap and the deadline (whole seconds) to tune them (the name is
+    part of each run's file name, so the numbers are digits only): `plugin-sjf-aging@3000-y1` is SJF aged at 3000
+    whose decodes yield at most once; `plugin-sjf-d30` is SJF where a request 30 s old is passed over no more."""
     if name in ARMS:
         return ARMS[name]
     m = _TUNED.fullmatch(name)
-    if m is None or (m["weight"] is None and m["yields"] is None):
+    if m is None or all(m[part] is None for part, *_ in _PARTS):
         raise ConfigError(f"serve arm {name!r}; valid: {', '.join(ARMS)}, or {_GRAMMAR}")
-    for part, what in (("weight", "the aging weight after '@' (tokens²/s)"), ("yields", "the yield cap after '-y'")):
-        if m[part] is not None and not m[part].isdigit():
-            raise ConfigError(f"serve arm {name!r}: {what} must be a whole number >= 0")
     opts: dict[str, Any] = dict(ARMS[f"plugin-{m['policy']}"].plugin or {})
-    if m["weight"] is not None:
-        opts["aging_weight"] = float(m["weight"])
-    if m["yields"] is not None:
-        opts["max_yields"] = int(m["yields"])
+    for part, option, kind, least, what in _PARTS:
+        if m[part] is None:
+            continue
+        if not m[part].isdigit() or int(m[part]) < least:
+            raise ConfigError(f"serve arm {name!r}: {what} must be a whole number >= {least}")
+        opts[option] = kind(m[part])
     return Arm(name, opts)
 
 

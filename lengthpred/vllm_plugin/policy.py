@@ -8,7 +8,10 @@ request give its blocks back (`kv_victims`), and then vLLM recomputes it on resu
 
 Keys (lower runs first): `sjf` the predicted length p; `srpt` the predicted remaining length max(p − generated, 1);
 with aging, key − weight · (now − arrival) / max(key, 1) (`AgingSJF`'s form). A request the readout could not
-predict, or one that has yielded `max_yields` times, never yields again (FCFS-style). No vLLM import here.
+predict, or one that has yielded `max_yields` times, never yields again (FCFS-style). With a deadline, a request
+that arrived `deadline_s` or more seconds ago is *overdue*: it is no longer passed over, and overdue requests take
+the batch's slots oldest first, before new prefills (a hard bound on how long shorter arrivals can keep jumping
+it). No vLLM import here.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class PolicyOptions:
     aging_weight: float = 0.0
     max_yields: int | None = None
     max_prefill_slots: int | None = None
+    deadline_s: float | None = None
 
 
 @dataclass
@@ -47,9 +51,14 @@ class Plan:
     yielded: list[str] = field(default_factory=list)  # ran last step, parked now (each counts toward max_yields)
 
 
+def overdue(v: RequestView, opts: PolicyOptions, now: float) -> bool:
+    """Whether a request has waited past the deadline since its arrival (never, without one)."""
+    return opts.deadline_s is not None and now - v.arrival >= opts.deadline_s
+
+
 def key(v: RequestView, opts: PolicyOptions, now: float) -> float:
-    """A prefilled request's key; −inf for one that must not yield (no prediction, or its yields spent)."""
-    if v.predicted is None or not math.isfinite(v.predicted):
+    """A prefilled request's key; −inf for one that must not yield (no prediction, its yields spent, overdue)."""
+    if v.predicted is None or not math.isfinite(v.predicted) or overdue(v, opts, now):
         return -math.inf
     if opts.max_yields is not None and v.yields >= opts.max_yields and v.state == DECODE:
         return -math.inf
@@ -64,9 +73,11 @@ def plan_step(views: Sequence[RequestView], slots: int, opts: PolicyOptions, now
     prefills = [v for v in views if v.state == PREFILL]
     new = sorted((v for v in views if v.state == NEW), key=lambda v: v.arrival)
     free = max(slots - len(prefills), 0)
-    n_new = min(len(new), free, opts.max_prefill_slots if opts.max_prefill_slots is not None else free)
     ranked = sorted((v for v in views if v.state in (DECODE, PARKED, PREEMPTED)),
-                    key=lambda v: (key(v, opts, now), v.arrival))
+                    key=lambda v: (key(v, opts, now), v.arrival))  # overdue ones lead: key −inf, oldest first
+    first_new = new[0].arrival if new else math.inf  # an overdue request goes before the new ones that came after it
+    due = min(sum(overdue(v, opts, now) and v.arrival <= first_new for v in ranked), free)
+    n_new = min(len(new), free - due, opts.max_prefill_slots if opts.max_prefill_slots is not None else free)
     chosen = ranked[: free - n_new]
     keep = {v.rid for v in chosen}
     run = [v.rid for v in prefills] + [v.rid for v in chosen if v.state in (DECODE, PARKED)]

@@ -10,6 +10,8 @@ Options (`PluginSettings`, defaults in brackets):
   long request cannot wait for ever (`lengthpred.sched.core.policies.AgingSJF`);
 - `max_yields` [null]: how many times one request may give up its slot after running (the preemption cap);
 - `max_prefill_slots` [null]: at most this many of the batch's slots go to new prefills in one step (null: all);
+- `deadline_s` [null]: seconds since arrival after which a request is no longer passed over: overdue requests take
+  the slots oldest first, before new prefills that arrived after them (a hard bound beside aging's soft one);
 - `updates` [thread]: where completions update the RLS readout: `thread` (off the step's path), `inline` (in the
   engine core between steps), `off` (a frozen readout);
 - `checkpoint_every` [100]: write the adapted readout after this many updates (and at shutdown);
@@ -45,6 +47,7 @@ class PluginSettings:
     aging_weight: float = 0.0
     max_yields: int | None = None
     max_prefill_slots: int | None = None
+    deadline_s: float | None = None
     updates: str = "thread"
     checkpoint_every: int = 100
     checkpoint_path: Path | None = None
@@ -85,6 +88,8 @@ class PluginSettings:
             raise bad("aging_weight", "must be a finite number >= 0 (tokens² per second)")
         if self.max_yields is not None and self.max_yields < 0:
             raise bad("max_yields", "must be >= 0 or null")
+        if self.deadline_s is not None and not (math.isfinite(self.deadline_s) and self.deadline_s > 0):
+            raise bad("deadline_s", "must be > 0 seconds or null")
         if self.max_prefill_slots is not None and self.max_prefill_slots < 1:
             raise bad("max_prefill_slots", "must be >= 1 or null")
         if self.updates not in UPDATE_MODES:
@@ -97,6 +102,8 @@ class PluginSettings:
             raise bad("row_cache", "must be >= 0 prompts")
         if not (math.isfinite(self.rows_timeout_s) and self.rows_timeout_s > 0):
             raise bad("rows_timeout_s", "must be > 0 seconds")
+        if self.policy == "fcfs" and self.deadline_s is not None:
+            raise bad("deadline_s", "bounds the wait of a length policy; with policy fcfs it would do nothing")
         if self.policy == "fcfs" and self.aging_weight:
             raise bad("aging_weight", "ages a length policy; with policy fcfs it would do nothing")
 
@@ -108,6 +115,7 @@ def readout_path(env: dict[str, str] | os._Environ) -> Path | None:
 
 
 _KINDS: dict[str, type] = {"policy": str, "aging_weight": float, "max_yields": int, "max_prefill_slots": int,
+                           "deadline_s": float,
                            "updates": str, "checkpoint_every": int, "checkpoint_path": Path, "stats_every_s": float,
                            "rows_timeout_s": float, "row_cache": int, "request_log": Path}
 
@@ -116,7 +124,7 @@ def _typed(opts: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in opts.items():
         kind = _KINDS[k]
-        if v is None and k in ("max_yields", "max_prefill_slots", "checkpoint_path", "request_log"):
+        if v is None and k in ("max_yields", "max_prefill_slots", "deadline_s", "checkpoint_path", "request_log"):
             out[k] = None
             continue
         ok = (isinstance(v, str) if kind in (str, Path)
