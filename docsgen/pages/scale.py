@@ -52,7 +52,7 @@ def scale_measured(res: Results) -> str:
         f"**{s['speedup']:.1f}x** (goal ≥ 10x) |",
         f"| per-load verification, same store (median of {store['settings']['reps']}) | compacted: "
         f"**{s['verification_pct_of_load compacted']:.2f}%** of a load; parts: "
-        f"**{s['verification_pct_of_load parts']:.2f}%** of a parts load (two stats per part file, nothing read) "
+        f"**{s['verification_pct_of_load parts']:.2f}%** of a parts load (one stat per part file, nothing read) "
         f"(goal ≤ 1%); reading the verification record, which also lists the parts' ids for the load: "
         f"{s['record_read_pct_of_load parts']:.2f}% (parts), {s['record_read_pct_of_load compacted']:.2f}% "
         "(compacted) |",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from docsgen.pages.serving_tuning import tuning_section
+from docsgen.pages.serving_tuning import GOAL_TAIL, tuning_section
 from docsgen.registry import Producer, helper, page, register_producer
 from docsgen.render import header
 from docsgen.results import Results
@@ -95,8 +95,8 @@ register_producer(Producer("serving-plugin", (CELLS, GAINS, REPORT, OVERHEAD, ST
 HARNESS = f"{DATA}/serving/paired_gains.csv"
 HARNESS_FOLDERS = f"{DATA}/serving/folders.csv"
 HARNESS_RUNS = ("serve_bench_pool10", "serve_natural10_blas1")  # the bench pool replayed; natural answers
-# the targets: SJF's median per-repeat per-token gain at load 0.95, the aging tail's bound, the overhead
-GOAL_SJF, GOAL_TAIL, GOAL_COST, GOAL_SHARE = 0.20, -0.10, 0.02, 0.01
+# the targets: SJF's median per-repeat per-token gain at load 0.95, the overhead (the tail's: GOAL_TAIL)
+GOAL_SJF, GOAL_COST, GOAL_SHARE = 0.20, 0.02, 0.01
 
 
 def _gain_row(gains: pd.DataFrame, cell: str, policy: str, metric: str) -> pd.Series | None:
