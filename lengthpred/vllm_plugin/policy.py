@@ -10,8 +10,8 @@ Keys (lower runs first): `sjf` the predicted length p; `srpt` the predicted rema
 with aging, key − weight · (now − arrival) / max(key, 1) (`AgingSJF`'s form). A request the readout could not
 predict, or one that has yielded `max_yields` times, never yields again (FCFS-style). With a deadline, a request
 that arrived `deadline_s` or more seconds ago is *overdue*: it is no longer passed over, and overdue requests take
-the batch's slots oldest first, before new prefills (a hard bound on how long shorter arrivals can keep jumping
-it). No vLLM import here.
+the batch's slots oldest first, before new prefills that arrived after them (a hard bound on how long shorter
+arrivals can keep jumping it). No vLLM import here.
 """
 
 from __future__ import annotations

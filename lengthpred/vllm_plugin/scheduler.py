@@ -82,8 +82,8 @@ class LengthAwareScheduler(Scheduler):
                                 checkpoint_every=self.lp.checkpoint_every)
         self.rows_in = RowReceiver(address(private.instance_id(cfg)))
         stale = self.rows_in.drain()
-        self.opts = PolicyOptions(self.lp.policy, self.lp.aging_weight, self.lp.max_yields, self.lp.max_prefill_slots,
-                                  self.lp.deadline_s)
+        self.opts = PolicyOptions(self.lp.policy, aging_weight=self.lp.aging_weight, max_yields=self.lp.max_yields,
+                                  max_prefill_slots=self.lp.max_prefill_slots, deadline_s=self.lp.deadline_s)
         self.slots = int(min(self.max_num_running_reqs, self.max_num_active_reqs))
         self.parked: list[Request] = []
         self.predicted: dict[str, float] = {}
@@ -100,9 +100,8 @@ class LengthAwareScheduler(Scheduler):
         self._dirty = False
         self._log = RequestLog(self.lp.request_log) if self.lp.request_log is not None else None
         log.info("lengthpred: policy %s (aging %g, max_yields %s, deadline %s s) on %d slots; readout %s, layer %d, "
-                 "%d updates so far%s; "
-                 "%d warm-up messages dropped", self.lp.policy, self.lp.aging_weight, self.lp.max_yields,
-                 self.lp.deadline_s, self.slots,
+                 "%d updates so far%s; %d warm-up messages dropped", self.lp.policy, self.lp.aging_weight,
+                 self.lp.max_yields, self.lp.deadline_s, self.slots,
                  self.lp.checkpoint if resume else self.lp.readout, readout.layer, readout.estimator.n_updates_,
                  " (resumed from its checkpoint)" if resume else "", stale)
 
