@@ -107,6 +107,25 @@ def test_write_refuses_what_cannot_be_served(tmp_path):
         write_readout(tmp_path / "r.safetensors", est, IDENT, layer=4)
 
 
+def test_a_write_that_fails_is_one_line_and_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
+    from safetensors import SafetensorError
+
+    est, _ = fitted()
+    path = write_readout(tmp_path / "r.safetensors", est, IDENT, layer=2)
+    before = path.read_bytes()
+
+    def full_disk(arrays, filename, metadata=None):  # what safetensors raises for a failed write
+        open(filename, "wb").write(b"\0" * 7)
+        raise SafetensorError("Error while serializing: IoError(No space left on device)")
+
+    monkeypatch.setattr("lengthpred.online.readout_file.save_file", full_disk)
+    with pytest.raises(DataError, match="cannot write the readout file .*No space left") as e:
+        write_readout(path, fitted(1)[0], IDENT, layer=2)
+    assert "\n" not in str(e.value)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.safetensors"]
+
+
 def test_weights_fingerprint_moves_with_the_bytes_and_not_with_the_folder(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for d in (a, b):

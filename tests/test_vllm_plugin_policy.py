@@ -103,6 +103,24 @@ def test_a_deadline_puts_overdue_requests_first_oldest_first_even_before_later_p
     assert (plan.run, plan.waiting) == ([], ["n_late"])
 
 
+def test_an_overdue_request_goes_before_every_new_prefill_that_arrived_after_it_not_only_the_oldest():
+    opts = PolicyOptions("sjf", deadline_s=30.0)
+    overdue_parked = v("x", PARKED, 400, arrival=60.0)
+    early, late = v("n50", NEW, arrival=50.0), v("n99", NEW, arrival=99.0)
+    plan = plan_step([overdue_parked, early, late], 2, opts, 100.0)
+    assert (plan.run, plan.waiting, plan.park) == (["x"], ["n50", "n99"], [])  # n50 first, then x, n99 waits
+    plan = plan_step([overdue_parked, early, late], 3, opts, 100.0)
+    assert (plan.run, plan.waiting) == (["x"], ["n50", "n99"])  # room for all three
+
+
+def test_an_overdue_preempted_request_leads_the_waiting_queue():
+    opts = PolicyOptions("sjf", deadline_s=30.0)
+    views = [v("r", PREEMPTED, 400, arrival=10.0), v("n", NEW, arrival=90.0), v("d", DECODE, 5, arrival=80.0)]
+    plan = plan_step(views, 2, opts, 100.0)
+    assert plan.waiting == ["r", "n"]  # vLLM admits from the head: should its token budget run short, r still runs
+    assert plan.park == ["d"]
+
+
 def test_unpredicted_and_capped_requests_never_yield():
     opts = PolicyOptions("sjf", max_yields=2)
     assert key(v("x", DECODE, None), opts, 0.0) == -math.inf

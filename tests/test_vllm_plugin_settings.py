@@ -38,12 +38,41 @@ def test_defaults_and_the_checkpoint_beside_the_readout():
     ({"rows_timeout_s": 0}, "> 0"),
     ({"max_yields": 1.5}, "expected a int"),
     ({"policy": "fcfs", "aging_weight": 10}, "with policy fcfs"),
+    ({"policy": "fcfs", "max_yields": 2}, "with policy fcfs"),
+    ({"policy": "fcfs", "max_prefill_slots": 1}, "with policy fcfs"),
     ({"polcy": "sjf"}, "unknown option"),
 ])
 def test_an_option_out_of_range_is_one_line(opts, message):
     with pytest.raises(ConfigError, match=message) as e:
         PluginSettings.from_sources(ENV, {"lengthpred": opts})
     assert "\n" not in str(e.value) and str(e.value).startswith("--additional-config lengthpred")
+
+
+@pytest.mark.parametrize("raw", ["sjf", 5, ["policy", "sjf"]])
+def test_options_that_are_not_an_object_are_one_line(raw):
+    with pytest.raises(ConfigError, match="expected an object of options") as e:
+        PluginSettings.from_sources(ENV, {"lengthpred": raw})
+    assert "\n" not in str(e.value)
+
+
+def test_paths_expand_the_home_folder(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/someone")
+    s = PluginSettings.from_sources(ENV, {"lengthpred": {"checkpoint_path": "~/c.safetensors",
+                                                         "request_log": "~/requests.jsonl"}})
+    assert (str(s.checkpoint), str(s.request_log)) == ("/home/someone/c.safetensors", "/home/someone/requests.jsonl")
+
+
+@pytest.mark.parametrize("engine, message", [
+    ({"async_scheduling": True, "policy": "fcfs"}, "without --async-scheduling"),
+    ({"async_scheduling": False, "policy": "priority"}, "without --scheduling-policy priority"),
+])
+def test_engine_settings_the_scheduler_cannot_plan_under_are_one_line(engine, message):
+    from types import SimpleNamespace
+
+    PluginSettings.check_engine(SimpleNamespace(async_scheduling=False, policy="fcfs"))
+    with pytest.raises(ConfigError, match=message) as e:
+        PluginSettings.check_engine(SimpleNamespace(**engine))
+    assert "\n" not in str(e.value)
 
 
 def test_no_readout_named_is_refused_with_the_variable_to_set():

@@ -25,6 +25,7 @@ file in one line (`DataError`); `check_identity` refuses a readout for another m
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -129,15 +130,25 @@ def write_readout(path: str | Path, estimator: RLSRegressor, identity: ModelIden
         "tensors_sha256": _tensors_digest(arrays), "source": source,
     }
     out = Path(path)
+    tmp = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
         os.close(fd)
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the readout from the server's other users
         save_file(arrays, tmp, metadata=meta)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:  # on disk before the rename: a crash leaves the old file or the new one, never a torn one
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, out)
-    except OSError as e:
-        raise DataError(f"cannot write the readout file {out}: {e.strerror or e}") from None
+    except (OSError, SafetensorError) as e:  # safetensors reports a failed write (a full disk) as its own error
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0][:160]
+        raise DataError(f"cannot write the readout file {out}: {why}") from None
     return out
 
 

@@ -4,8 +4,9 @@ LEAP's loop live: every finished request's (prefill row, output length) updates 
 (`lengthpred.online.RLSRegressor`) through `lengthpred.online.service.OnlineService`, on its update thread
 (`updates: thread`, off the step's path; numpy's BLAS is held to one thread there so its spinning workers do not
 steal the engine's cores), between steps (`inline`), or not at all (`off`). Predictions read the latest
-published weights. Every `checkpoint_every` updates, and at shutdown, the adapted readout is written atomically to
-the checkpoint file, so a restarted server resumes its adaptation from it.
+published weights. Every `checkpoint_every` updates and when the server goes idle (on a thread of its own, one writer at
+a time), and at shutdown, the adapted readout is written atomically to the checkpoint file (synced to disk before
+the rename), so a restarted server resumes its adaptation from it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import copy
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,7 +73,11 @@ class LiveReadout:
         self.service = OnlineService(self._est, threaded_updates=updates == "thread")
         self.stats = ReadoutStats()
         self._since_checkpoint = 0
-        self._writer: threading.Thread | None = None
+        self._writer: threading.Thread | None = None  # the checkpoint thread while it runs
+        self._soon = threading.Lock()  # guards _writer, _pending and _after
+        self._pending = False
+        self._after: Callable[[], None] | None = None
+        self._write_lock = threading.Lock()
 
     @property
     def n_updates(self) -> int:
@@ -99,30 +105,49 @@ class LiveReadout:
         if self._since_checkpoint >= self.checkpoint_every:
             self.checkpoint_soon()
 
-    def checkpoint_soon(self) -> None:
-        """A checkpoint on a thread of its own (off the step's path, like the updates), after pending updates."""
-        if self.updates == "off" or (self._writer is not None and self._writer.is_alive()):
-            return
-        self._since_checkpoint = 0
-        self._writer = threading.Thread(target=self.checkpoint, kwargs={"wait": True}, name="lp-checkpoint",
-                                        daemon=True)
-        self._writer.start()
+    def checkpoint_soon(self, then: Callable[[], None] | None = None) -> None:
+        """A checkpoint on a thread of its own (off the step's path, like the updates), after pending updates, then
+        `then()` there. Asked while one is being written, one more follows it, so the latest updates always reach
+        the file."""
+        with self._soon:
+            self._since_checkpoint = 0
+            self._pending = True
+            self._after = then or self._after
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_while_asked, name="lp-checkpoint", daemon=True)
+                self._writer.start()
+
+    def _write_while_asked(self) -> None:
+        while True:
+            with self._soon:
+                if not self._pending:
+                    self._writer = None  # under the lock: a later request starts a new writer
+                    return
+                self._pending, after, self._after = False, self._after, None
+            self.checkpoint(wait=True)
+            if after is not None:
+                try:
+                    after()
+                except Exception as e:  # a report must not end the writer (the server keeps serving)
+                    log.error("lengthpred: after a checkpoint: %s", e)
 
     def checkpoint(self, *, wait: bool = False) -> Path | None:
-        """Write the adapted readout (after the updates applied so far; `wait`: after all submitted ones)."""
+        """Write the adapted readout (after the updates applied so far; `wait`: after all submitted ones). One writer
+        at a time, so a later snapshot is never overwritten by an earlier one."""
         if self.updates == "off":
             return None
         if wait:
             self.service.drain(timeout=30.0)
-        with self._est.lock:
-            snap = copy.deepcopy(self.readout.estimator)
-        try:
-            write_readout(self.checkpoint_path, snap, self.readout.identity, layer=self.readout.layer,
-                          pooling=self.readout.pooling, source=self._source)
-        except DataError as e:
-            log.error("lengthpred: %s", e)
-            return None
-        self.stats.checkpoints += 1
+        with self._write_lock:
+            with self._est.lock:
+                snap = copy.deepcopy(self.readout.estimator)
+            try:
+                write_readout(self.checkpoint_path, snap, self.readout.identity, layer=self.readout.layer,
+                              pooling=self.readout.pooling, source=self._source)
+            except DataError as e:
+                log.error("lengthpred: %s", e)
+                return None
+            self.stats.checkpoints += 1
         return self.checkpoint_path
 
     @property
@@ -135,8 +160,9 @@ class LiveReadout:
         return 1e3 * self._est.busy_s / n if n else float("nan")
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.join()
+        with self._soon:
+            writer = self._writer
+        if writer is not None:
+            writer.join()
         self.checkpoint(wait=True)
         self.service.close()
-

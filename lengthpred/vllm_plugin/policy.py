@@ -68,21 +68,36 @@ def key(v: RequestView, opts: PolicyOptions, now: float) -> float:
     return base
 
 
+def new_prefills(new: Sequence[RequestView], due: Sequence[RequestView], free: int, opts: PolicyOptions) -> int:
+    """How many of the new requests (oldest first) are prefilled this step: they take the free slots in arrival
+    order, up to `max_prefill_slots`, except that each overdue request (`due`, oldest first) takes its slot before
+    every new request that arrived after it."""
+    cap = free if opts.max_prefill_slots is None else min(opts.max_prefill_slots, free)
+    n_new = before = 0
+    for v in new:
+        while before < len(due) and due[before].arrival <= v.arrival:
+            before += 1  # overdue and no younger than this new request: its slot comes first
+        if n_new >= cap or n_new + before >= free:
+            break
+        n_new += 1
+    return n_new
+
+
 def plan_step(views: Sequence[RequestView], slots: int, opts: PolicyOptions, now: float) -> Plan:
     """The step's running list, parked set and waiting order for `slots` batch slots (vLLM's max_num_seqs)."""
     prefills = [v for v in views if v.state == PREFILL]
     new = sorted((v for v in views if v.state == NEW), key=lambda v: v.arrival)
     free = max(slots - len(prefills), 0)
+    late = {v.rid for v in views if overdue(v, opts, now)}
     ranked = sorted((v for v in views if v.state in (DECODE, PARKED, PREEMPTED)),
-                    key=lambda v: (key(v, opts, now), v.arrival))  # overdue ones lead: key −inf, oldest first
-    first_new = new[0].arrival if new else math.inf  # an overdue request goes before the new ones that came after it
-    due = min(sum(overdue(v, opts, now) and v.arrival <= first_new for v in ranked), free)
-    n_new = min(len(new), free - due, opts.max_prefill_slots if opts.max_prefill_slots is not None else free)
+                    key=lambda v: (v.rid not in late, key(v, opts, now), v.arrival))  # overdue lead, oldest first
+    n_new = new_prefills(new, [v for v in ranked if v.rid in late], free, opts)
     chosen = ranked[: free - n_new]
     keep = {v.rid for v in chosen}
     run = [v.rid for v in prefills] + [v.rid for v in chosen if v.state in (DECODE, PARKED)]
     park = [v.rid for v in ranked if v.state in (DECODE, PARKED) and v.rid not in keep]
-    waiting = ([v.rid for v in new[:n_new]] + [v.rid for v in chosen if v.state == PREEMPTED]
+    admit = [v.rid for v in chosen if v.state == PREEMPTED]  # vLLM admits from the queue's head: overdue ones lead
+    waiting = ([r for r in admit if r in late] + [v.rid for v in new[:n_new]] + [r for r in admit if r not in late]
                + [v.rid for v in new[n_new:]] + [v.rid for v in ranked if v.state == PREEMPTED and v.rid not in keep])
     yielded = [v.rid for v in ranked if v.state == DECODE and v.rid not in keep]
     return Plan(run, park, waiting, yielded)

@@ -7,8 +7,10 @@ its slot up)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from lengthpred.errors import ConfigError
+
+log = logging.getLogger("vllm.lengthpred")  # under vLLM's logger: its handlers and format
 
 
 def prompt_hash(token_ids: Sequence[int]) -> str:
@@ -25,13 +29,22 @@ def prompt_hash(token_ids: Sequence[int]) -> str:
 
 class RequestLog:
     def __init__(self, path: Path) -> None:
+        self.path = path
         try:
             self._f = open(path, "a", buffering=1)  # noqa: SIM115 (open for the server's life; a line per request)
         except OSError as e:
             raise ConfigError(f"--additional-config lengthpred.request_log={path}: {e.strerror}") from None
 
     def write(self, record: dict[str, Any]) -> None:
-        self._f.write(json.dumps(record) + "\n")
+        """One line; a write that fails (a full disk) stops the log with one error line, never the server."""
+        if self._f.closed:
+            return
+        try:
+            self._f.write(json.dumps(record) + "\n")
+        except OSError as e:
+            log.error("lengthpred: request log %s stopped: %s", self.path, e.strerror or e)
+            self.close()
 
     def close(self) -> None:
-        self._f.close()
+        with contextlib.suppress(OSError):
+            self._f.close()

@@ -65,9 +65,7 @@ class LengthAwareScheduler(Scheduler):
         super().__init__(*args, **kwargs)
         cfg = self.vllm_config
         self.lp = PluginSettings.from_sources(os.environ, cfg.additional_config)
-        if cfg.scheduler_config.async_scheduling:
-            raise ConfigError("lengthpred's scheduler plans each step from the one before: serve without "
-                              "--async-scheduling")
+        self.lp.check_engine(cfg.scheduler_config)
         resume = self.lp.checkpoint.is_file()
         readout = read_readout(self.lp.checkpoint if resume else self.lp.readout)
         served = served_identity(cfg.model_config)
@@ -199,7 +197,8 @@ class LengthAwareScheduler(Scheduler):
         for r in expect:
             rid, key = r.request_id, prompt_hash(r.prompt_token_ids or ())
             k = mro.req_id_to_index.get(rid)
-            row = msg.rows[msg.chunks.index(k)] if msg is not None and k in msg.chunks else None
+            # a copy: a view would keep the whole step's message alive in the row cache
+            row = np.array(msg.rows[msg.chunks.index(k)]) if msg is not None and k in msg.chunks else None
             if row is None:
                 row = self.row_cache.get(key)
                 if row is None:
@@ -235,10 +234,10 @@ class LengthAwareScheduler(Scheduler):
     def _flush(self) -> None:
         """Checkpoint and stats while idle: vLLM's shutdown may stop this process before `shutdown()` runs (its API
         server sends SIGTERM while the workers exit), so what a restart resumes from is written when the last
-        request leaves (in the step loop: the server is idle, and the stats then count every update)."""
+        request leaves, on the checkpoint thread (a request arriving meanwhile does not wait for the write; the
+        stats, written after it, count every update)."""
         self._dirty = False
-        self.live.checkpoint(wait=True)
-        self._write_stats()
+        self.live.checkpoint_soon(then=self._write_stats)
 
     def _write_stats(self) -> None:
         path = self.lp.checkpoint.with_suffix(".stats.json")
@@ -297,7 +296,8 @@ class LengthAwareScheduler(Scheduler):
                 "plan_ms_total": 1e3 * self.counts["plan_s"], "rows_wait_ms_total": 1e3 * self.counts["rows_s"],
                 "capture_ms_per_prefill_step": (1e3 * self.counts["capture_s"] / self.counts["messages"]
                                                 if self.counts["messages"] else math.nan),
-                "prefill_step_ms_median": 1e3 * float(np.median(self.prefill_steps)) if self.prefill_steps else math.nan,
+                "prefill_step_ms_median": (1e3 * float(np.median(list(self.prefill_steps)))  # a copy: off-thread reads
+                                           if self.prefill_steps else math.nan),
                 "prefill_steps": len(self.prefill_steps),
                 "finished": self.counts["finished"], "parked_now": len(self.parked)}
 

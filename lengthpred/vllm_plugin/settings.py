@@ -9,7 +9,8 @@ Options (`PluginSettings`, defaults in brackets):
 - `aging_weight` [0]: tokens² per second; a decode's key becomes p − weight · (seconds since arrival) / p, so a
   long request cannot wait for ever (`lengthpred.sched.core.policies.AgingSJF`);
 - `max_yields` [null]: how many times one request may give up its slot after running (the preemption cap);
-- `max_prefill_slots` [null]: at most this many of the batch's slots go to new prefills in one step (null: all);
+- `max_prefill_slots` [null]: while prefilled requests wait for a slot, at most this many of the batch's slots go to new
+  prefills in one step (a slot none of them takes still goes to a new request; null: no limit);
 - `deadline_s` [null]: seconds since arrival after which a request is no longer passed over: overdue requests take
   the slots oldest first, before new prefills that arrived after them (a hard bound beside aging's soft one);
 - `updates` [thread]: where completions update the RLS readout: `thread` (off the step's path), `inline` (in the
@@ -69,7 +70,11 @@ class PluginSettings:
         if readout is None:
             raise ConfigError(f"the lengthpred scheduler needs a readout file: set {READOUT_ENV}=<file> "
                               "(written by `scripts/train.py head=linear`, see docs/how-to/serve-with-vllm.md)")
-        opts = dict((additional_config or {}).get(CONFIG_KEY) or {})
+        raw = (additional_config or {}).get(CONFIG_KEY)
+        if raw is not None and not isinstance(raw, dict):
+            raise ConfigError(f"--additional-config lengthpred={raw!r}: expected an object of options, e.g. "
+                              '{"lengthpred": {"policy": "sjf"}}')
+        opts = dict(raw or {})
         known = {f.name for f in fields(cls)} - {"readout"}
         unknown = sorted(set(opts) - known)
         if unknown:
@@ -102,10 +107,21 @@ class PluginSettings:
             raise bad("row_cache", "must be >= 0 prompts")
         if not (math.isfinite(self.rows_timeout_s) and self.rows_timeout_s > 0):
             raise bad("rows_timeout_s", "must be > 0 seconds")
-        if self.policy == "fcfs" and self.deadline_s is not None:
-            raise bad("deadline_s", "bounds the wait of a length policy; with policy fcfs it would do nothing")
-        if self.policy == "fcfs" and self.aging_weight:
-            raise bad("aging_weight", "ages a length policy; with policy fcfs it would do nothing")
+        if self.policy == "fcfs":  # vLLM's own order: an option of the length policies would do nothing
+            for name in ("aging_weight", "max_yields", "max_prefill_slots", "deadline_s"):
+                if getattr(self, name):
+                    raise bad(name, "shapes a length policy (sjf, srpt); with policy fcfs it would do nothing")
+
+    @staticmethod
+    def check_engine(scheduler_config: Any) -> None:
+        """Refuse, in one line, vLLM scheduler settings the plugin cannot plan under."""
+        if getattr(scheduler_config, "async_scheduling", False):
+            raise ConfigError("lengthpred's scheduler plans each step from the one before: serve without "
+                              "--async-scheduling")
+        policy = str(getattr(scheduler_config, "policy", "fcfs"))
+        if policy != "fcfs":
+            raise ConfigError(f"lengthpred's scheduler orders vLLM's first-come-first-served queue itself: serve "
+                              f"without --scheduling-policy {policy} (the plugin's option policy chooses the order)")
 
 
 def readout_path(env: dict[str, str] | os._Environ) -> Path | None:
@@ -132,5 +148,5 @@ def _typed(opts: dict[str, Any]) -> dict[str, Any]:
               else isinstance(v, (int, float)) and not isinstance(v, bool))
         if not ok:
             raise ConfigError(f"--additional-config lengthpred.{k}={v!r}: expected a {kind.__name__}")
-        out[k] = kind(v)
+        out[k] = Path(v).expanduser() if kind is Path else kind(v)
     return out
