@@ -9,9 +9,10 @@ No model runs: random float16 columns are written with the store's own writer (`
 checksums and verification record are what an extraction leaves. Timings are the median of `--reps` loads, each
 in this warm process with the files in the page cache (a cold disk makes the parts layout slower still: it opens
 N/16 files per column, the compacted store one). Reported: a "load" is `load_features(store)` plus `.get(column)`;
-"verification" is the `VerifiedFiles.check` calls such a load makes (a part: one stat, its digest file's presence read
-from the folder listing the load makes anyway; a compacted file: it and its digest file stat-ed; each compared with
-the record, nothing read or re-hashed), with reading the record itself reported apart (a load reads it
+"verification" is the check such a load makes: for the parts, the very `check_parts` call of `intact_parts`
+(one stat per part, its digest file's presence read from the folder listing the load makes anyway); for a compacted
+store, `VerifiedFiles.check` of its two files (each and its digest file stat-ed); each compared with the record,
+nothing read or re-hashed, with reading the record itself reported apart (a load reads it
 anyway: it also lists each part's ids), and, for the first load, the one full hash of every file.
 """
 
@@ -34,12 +35,13 @@ from lengthpred.features.maintenance import compact_store
 from lengthpred.features.store import (
     MANIFEST,
     atomic_write_json,
+    check_parts,
     listed_parts,
     load_features,
     part_files,
     write_part,
 )
-from lengthpred.integrity import CHECKSUM_SUFFIX, VerifiedFiles
+from lengthpred.integrity import VerifiedFiles
 from lengthpred.machine import record
 
 
@@ -71,11 +73,13 @@ def verification_time(files: list[Path], folder: Path, reps: int,
     the checks."""
     read = median_time(lambda: VerifiedFiles(folder), reps)
     v = VerifiedFiles(folder)
+    if listed is not None:  # a parts load: the call `intact_parts` makes
+        assert not any(why or tokens_why for _, _, why, tokens_why in check_parts(files, listed, v))
+        return median_time(lambda: check_parts(files, listed, v), reps), read
 
     def check() -> None:
         for f in files:
-            has = None if listed is None else os.fspath(f) + CHECKSUM_SUFFIX in listed
-            assert v.check(f, has_digest=has) is None
+            assert v.check(f) is None
 
     return median_time(check, reps), read
 

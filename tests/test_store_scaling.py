@@ -5,6 +5,7 @@ Comparisons are between stores of the same float32 extraction, so byte-equal."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -54,7 +55,7 @@ def test_each_part_is_hashed_once_then_trusted_by_size_and_mtime(store, monkeypa
     st = part.stat()
     os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched, not changed: hashed again, trusted
     load_features(store)
-    assert hashed == [part]
+    assert hashed == [os.fspath(part)]
     data = bytearray(part.read_bytes())
     data[-1] ^= 0xFF  # a flipped byte with a new mtime: caught, moved aside
     part.write_bytes(bytes(data))
@@ -198,3 +199,39 @@ def test_a_models_shape_comes_from_its_config_never_from_a_hub(tmp_path):
     assert layer_shape(ModelSpec(name="8b", hf_id="org/m", num_hidden_layers=32, hidden_size=4096)) == (32, 4096)
     (tmp_path / "config.json").write_text('{"num_hidden_layers": 28, "hidden_size": 3584}')
     assert layer_shape(ModelSpec(name="local", path=str(tmp_path))) == (28, 3584)
+
+
+def test_checking_many_files_agrees_with_checking_each(tmp_path, monkeypatch):
+    folder = tmp_path / "f"
+    folder.mkdir()
+    paths = []
+    for i in range(6):
+        f = folder / f"p{i}.bin"
+        f.write_bytes(bytes([i]) * 64)
+        integrity.write_checksum(f)
+        paths.append(os.fspath(f))
+    listed = {os.fspath(p) for p in folder.iterdir()}
+    verified = integrity.VerifiedFiles(folder)
+    assert verified.check_all(paths, listed) == [None] * 6  # the first check hashes each against its digest
+    verified.save()
+    record = json.loads((folder / integrity.VERIFIED).read_text())
+    record["p0.bin"][2] = "a stamp"  # an entry in the format from before: checked again
+    (folder / integrity.VERIFIED).write_text(json.dumps(record))
+    st = os.stat(paths[1])
+    os.utime(paths[1], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched, bytes unchanged
+    st = os.stat(paths[2])
+    with open(paths[2], "r+b") as f:  # a flipped byte, then a new mtime
+        f.write(b"\xff")
+    os.utime(paths[2], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    os.unlink(paths[4])  # gone since the listing
+    listed.discard(paths[3] + integrity.CHECKSUM_SUFFIX)  # its digest file removed: never trusted
+    hashed = []
+    real = integrity.file_digest
+    monkeypatch.setattr(integrity, "file_digest", lambda p: hashed.append(os.fspath(p)) or real(p))
+    many = integrity.VerifiedFiles(folder).check_all(paths, listed)
+    assert hashed == paths[:3]  # the old entry, the touched and the edited file are read; the unchanged p5 is not
+    one = integrity.VerifiedFiles(folder)
+    each = [one.check(p, has_digest=p + integrity.CHECKSUM_SUFFIX in listed) for p in paths]
+    assert many == each
+    assert many[:2] == [None, None] and "checksum mismatch" in many[2]
+    assert "no stored digest" in many[3] and "unreadable" in many[4] and many[5] is None

@@ -41,7 +41,6 @@ from lengthpred.features.compact import CompactColumns, open_compact
 from lengthpred.features.layout import repair_command
 from lengthpred.features.settings import LEGACY_POOLING
 from lengthpred.integrity import (
-    CHECKSUM_SUFFIX,
     VerifiedFiles,
     atomic_write_text,
     publish,
@@ -51,6 +50,7 @@ from lengthpred.integrity import (
 from lengthpred.names import hidden_name
 
 MANIFEST = "manifest.json"
+PART_SUFFIX, TOKENS_SUFFIX = ".safetensors", ".tokens.safetensors"
 log = logging.getLogger(__name__)
 
 
@@ -76,11 +76,11 @@ def write_part(root: Path, ids: Sequence[str], columns: dict[str, torch.Tensor],
     name = part_name(ids)
     meta = {"ids": json.dumps(list(ids))}
     if tokens:
-        out = parts / f"{name}.tokens.safetensors"
+        out = parts / f"{name}{TOKENS_SUFFIX}"
         tmp = temp_path(out)
         save_file({k: v.contiguous() for k, v in tokens.items()}, str(tmp), metadata=meta)
         publish(tmp, out)
-    out = parts / f"{name}.safetensors"
+    out = parts / f"{name}{PART_SUFFIX}"
     tmp = temp_path(out)
     save_file({k: v.contiguous() for k, v in columns.items()}, str(tmp), metadata=meta)
     return publish(tmp, out)
@@ -95,7 +95,7 @@ def listed_parts(root: Path) -> tuple[list[Path], set[str]]:
         for f in files:
             full = os.path.join(folder, f)
             names.add(full)
-            if f.endswith(".safetensors") and not f.endswith(".tokens.safetensors"):
+            if f.endswith(PART_SUFFIX) and not f.endswith(TOKENS_SUFFIX):
                 parts.append(Path(full))
     return sorted(parts, key=lambda p: (p.name, str(p))), names
 
@@ -110,36 +110,47 @@ def part_ids(path: Path) -> list[str]:
         return json.loads(f.metadata()["ids"])
 
 
-def _damage(path: Path, verified: VerifiedFiles, listed: set[str]) -> str | None:
-    """Why a part file cannot be trusted (no digest, checksum mismatch, unreadable), or None."""
-    why = verified.check(path, has_digest=os.fspath(path) + CHECKSUM_SUFFIX in listed)
-    if why is not None or verified.extra(path) is not None or path.name.endswith(".tokens.safetensors"):
-        return why
+def _ids_damage(path: str, verified: VerifiedFiles) -> str | None:
+    """Why a checked part's ids cannot be read (None: read now, or already in the record)."""
+    if verified.extra(path) is not None:
+        return None
     try:  # its ids, read once while the check holds
-        verified.remember(path, part_ids(path))
+        verified.remember(path, part_ids(Path(path)))
     except (SafetensorError, OSError, KeyError, TypeError, ValueError) as e:
         verified.forget(path)
         return f"unreadable ({e.__class__.__name__})"
     return None
 
 
+def check_parts(parts: Sequence[Path], listed: set[str], verified: VerifiedFiles
+                ) -> list[tuple[str, str, str | None, str | None]]:
+    """(part, its token-level file, why the part cannot be trusted, why its token-level file cannot) for each of
+    `parts`, as strings: what a load verifies, one stat per recorded file (`VerifiedFiles.check_all`), with each
+    digest file's presence read from `listed`, the listing the load makes anyway."""
+    paths = [os.fspath(p) for p in parts]
+    tokens = [p[: -len(PART_SUFFIX)] + TOKENS_SUFFIX for p in paths]
+    with_tokens = [t for t in tokens if t in listed]
+    token_why = dict(zip(with_tokens, verified.check_all(with_tokens, listed), strict=True))
+    return [(p, t, why, token_why.get(t))
+            for p, t, why in zip(paths, tokens, verified.check_all(paths, listed), strict=True)]
+
+
 def intact_parts(root: Path) -> list[tuple[Path, list[str]]]:
     """(part, its ids) of every part that passes its checksum and reads, with its token-level file; a part
     that fails (or has no digest to check) is moved aside (`.bad`, one line naming it) and its prompts count as
-    missing. Each file is hashed once; later loads compare its size and mtime (`VerifiedFiles`)."""
+    missing. Each file is hashed once; later loads compare its size and mtime (`check_parts`)."""
     out = []
     verified = VerifiedFiles(root)
     parts, listed = listed_parts(root)
-    for p in parts:
-        tokens = _tokens_path(p)
-        why = _damage(p, verified, listed) or (_damage(tokens, verified, listed) if str(tokens) in listed else None)
+    for p, (path, tok, why, token_why) in zip(parts, check_parts(parts, listed, verified), strict=True):
+        why = why or _ids_damage(path, verified) or token_why
         if why is not None:
-            for f in (tokens, p):
+            for f in (Path(tok), p):
                 if f.is_file():
                     quarantine(f, why)
-                    verified.forget(f)
+                verified.forget(f)
             continue
-        out.append((p, verified.extra(p)))
+        out.append((p, verified.extra(path)))
     verified.save()
     return out
 
@@ -316,7 +327,7 @@ def _float32(values: np.ndarray) -> np.ndarray:
 
 
 def _tokens_path(part: Path) -> Path:
-    return part.with_name(part.name.replace(".safetensors", ".tokens.safetensors"))
+    return part.with_name(part.name[: -len(PART_SUFFIX)] + TOKENS_SUFFIX)
 
 
 def read_manifest(root: Path) -> dict:
