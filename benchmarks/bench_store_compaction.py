@@ -109,6 +109,8 @@ def main() -> None:
         first_s = time.perf_counter() - t0
         before = median_time(lambda: load_features(root).get(col), args.reps)
         verify_before, record_before = verification_time(parts, root, args.reps, listed_parts(root)[1])
+        names = [os.fspath(p) for p in parts]
+        stat_before = median_time(lambda: [os.stat(p) for p in names], args.reps)  # the syscalls alone
         t0 = time.perf_counter()
         compact_store(root)
         compact_s = time.perf_counter() - t0
@@ -125,6 +127,7 @@ def main() -> None:
             "speedup": round(before / after, 1), "compact_s": round(compact_s, 2),
             "verification_s parts": round(verify_before, 5),
             "verification_pct_of_load parts": round(100 * verify_before / before, 2),
+            "stat_only_pct_of_load parts": round(100 * stat_before / before, 2),
             "record_read_pct_of_load parts": round(100 * record_before / before, 2),
             "verification_s compacted": round(verify_after, 6),
             "verification_pct_of_load compacted": round(100 * verify_after / after, 2),
