@@ -267,22 +267,9 @@ class VerifiedFiles:
         return None
 
     def check_all(self, paths: Sequence[str], listed: set[str]) -> list[str | None]:
-        """`check` of each of `paths` (plain strings under the folder), whose digest files' presence `listed` says (a
-        listing the caller made anyway): a file recorded as checked costs one stat and a comparison, nothing else."""
-        prefix, cut, seen, out = self._prefix, len(self._prefix), self._seen, []
-        for p in paths:
-            entry = seen.get(p[cut:]) if p.startswith(prefix) else None
-            has = p + CHECKSUM_SUFFIX in listed
-            if entry is not None and has:
-                try:
-                    st = os.stat(p)
-                except OSError:
-                    st = None
-                if st is not None and entry[0] == st.st_size and entry[1] == st.st_mtime_ns and entry[2] is None:
-                    out.append(None)
-                    continue
-            out.append(self.check(p, has_digest=has))
-        return out
+        """`check` of each of `paths`, whose digest files' presence `listed` says (a listing the caller made anyway):
+        a file recorded as checked costs one stat and a comparison, nothing else."""
+        return [self.check(p, has_digest=p + CHECKSUM_SUFFIX in listed) for p in paths]
 
     def extra(self, path: str | Path) -> Any:
         """What `remember` stored for a checked file (None: nothing yet)."""

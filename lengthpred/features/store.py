@@ -128,7 +128,7 @@ def check_parts(parts: Sequence[Path], listed: set[str], verified: VerifiedFiles
     `parts`, as strings: what a load verifies, one stat per recorded file (`VerifiedFiles.check_all`), with each
     digest file's presence read from `listed`, the listing the load makes anyway."""
     paths = [os.fspath(p) for p in parts]
-    tokens = [p[: -len(PART_SUFFIX)] + TOKENS_SUFFIX for p in paths]
+    tokens = [_tokens_name(p) for p in paths]
     with_tokens = [t for t in tokens if t in listed]
     token_why = dict(zip(with_tokens, verified.check_all(with_tokens, listed), strict=True))
     return [(p, t, why, token_why.get(t))
@@ -326,8 +326,12 @@ def _float32(values: np.ndarray) -> np.ndarray:
         return torch.from_numpy(np.ascontiguousarray(values)).float().numpy()
 
 
+def _tokens_name(part: str) -> str:
+    return part[: -len(PART_SUFFIX)] + TOKENS_SUFFIX
+
+
 def _tokens_path(part: Path) -> Path:
-    return part.with_name(part.name[: -len(PART_SUFFIX)] + TOKENS_SUFFIX)
+    return Path(_tokens_name(os.fspath(part)))
 
 
 def read_manifest(root: Path) -> dict:
