@@ -14,6 +14,7 @@ from lengthpred.vllm_plugin.policy import (
     PREFILL,
     PolicyOptions,
     RequestView,
+    TokenBudget,
     key,
     kv_victims,
     plan_step,
@@ -22,8 +23,8 @@ from lengthpred.vllm_plugin.policy import (
 SJF = PolicyOptions("sjf")
 
 
-def v(rid, state, predicted=None, arrival=0.0, generated=0, yields=0):
-    return RequestView(rid, arrival, state, predicted, generated, yields)
+def v(rid, state, predicted=None, arrival=0.0, generated=0, yields=0, to_compute=0):
+    return RequestView(rid, arrival, state, predicted, generated, yields, to_compute)
 
 
 def test_prefill_first_then_decodes_by_predicted_length():
@@ -40,7 +41,7 @@ def test_prefill_first_then_decodes_by_predicted_length():
 def test_a_request_mid_prefill_keeps_its_slot_and_decodes_fill_the_rest_in_key_order():
     views = [v("pre", PREFILL), v("a", DECODE, 300), v("b", PARKED, 10), v("c", DECODE, 50)]
     plan = plan_step(views, slots=3, opts=SJF, now=0.0)
-    assert plan.run == ["pre", "b", "c"]
+    assert plan.run == ["b", "c", "pre"]  # decodes lead vLLM's running list: their one token comes before a chunk
     assert plan.park == ["a"]
     assert plan.waiting == []
 
@@ -136,3 +137,43 @@ def test_kv_victims_free_the_largest_keys_first():
     assert kv_victims(parked, 3, SJF, 0.0) == ["b", "c"]
     assert kv_victims(parked, 100, SJF, 0.0) == ["b", "c", "a"]
     assert kv_victims(parked, 0, SJF, 0.0) == []
+
+
+def test_no_slot_is_kept_for_a_new_request_the_step_has_no_tokens_left_to_admit():
+    # a running prefill's next chunk spends the step's 32 tokens: vLLM would admit no new request, so the slot a
+    # new one would have taken goes to the parked decode instead of staying empty
+    views = [v("pre", PREFILL, to_compute=200), v("d", PARKED, 300), v("n", NEW, arrival=1.0, to_compute=40)]
+    assert plan_step(views, 2, SJF, 0.0).run == ["pre"]  # no budget given: the slot is kept for n
+    plan = plan_step(views, 2, SJF, 0.0, TokenBudget(32))
+    assert (plan.run, plan.park, plan.waiting) == (["d", "pre"], [], ["n"])
+    # with tokens left, n is prefilled as before (its first chunk is enough: chunked prefill)
+    plan = plan_step(views, 2, SJF, 0.0, TokenBudget(32, chunk_cap=16))
+    assert (plan.run, plan.park, plan.waiting) == (["pre"], ["d"], ["n"])
+
+
+def test_without_chunked_prefill_admission_stops_at_the_first_prompt_that_does_not_fit_whole():
+    views = [v("d1", DECODE, 300), v("d2", DECODE, 20), v("big", NEW, arrival=1.0, to_compute=100),
+             v("small", NEW, arrival=2.0, to_compute=10)]
+    whole = TokenBudget(64, chunked=False)
+    plan = plan_step(views, 3, SJF, 0.0, whole)  # big does not fit whole beside a decode: vLLM stops there
+    assert (plan.run, plan.waiting) == (["d2", "d1"], ["big", "small"])
+    plan = plan_step(views, 3, SJF, 0.0, TokenBudget(64))  # chunked: big's first chunk is admitted, then no tokens
+    assert (plan.run, plan.park, plan.waiting) == (["d2", "d1"], [], ["big", "small"])
+    plan = plan_step(views, 3, SJF, 0.0, TokenBudget(200, chunked=False))  # both fit: two slots to new prefills
+    assert (plan.run, plan.park, plan.waiting) == (["d2"], ["d1"], ["big", "small"])
+
+
+def test_a_decode_that_makes_room_for_a_new_request_spends_no_token_of_the_step():
+    # two slots, two tokens: one decode and one chunk of the new prompt fit, as vLLM would schedule them
+    views = [v("d1", DECODE, 300), v("d2", DECODE, 20), v("n", NEW, arrival=1.0, to_compute=10)]
+    plan = plan_step(views, 2, SJF, 0.0, TokenBudget(2))
+    assert (plan.run, plan.park, plan.waiting) == (["d2"], ["d1"], ["n"])
+
+
+def test_a_preempted_request_the_step_cannot_recompute_gives_its_slot_to_a_parked_decode():
+    views = [v("d", PARKED, 300), v("r", PREEMPTED, 5, to_compute=100), v("n", NEW, arrival=1.0, to_compute=10)]
+    plan = plan_step(views, 2, SJF, 0.0)  # slots alone: r (the smaller key) is admitted after n, d parks
+    assert (plan.run, plan.park, plan.waiting) == ([], ["d"], ["n", "r"])
+    plan = plan_step(views, 2, SJF, 0.0, TokenBudget(8))  # n's first chunk spends the 8 tokens: r would not get in
+    assert (plan.run, plan.park, plan.waiting) == (["d"], [], ["n", "r"])
+    assert TokenBudget(100).chunk(0) == 1  # a request always takes at least one token

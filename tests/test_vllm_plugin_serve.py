@@ -175,6 +175,21 @@ def test_parked_requests_give_their_kv_back_when_memory_runs_short(spec, tmp_pat
 
 
 @needs_vllm_server
+def test_no_slot_stays_empty_for_a_new_request_the_step_budget_cannot_admit(spec, tmp_path):
+    # 32 tokens a step: each prompt is prefilled in chunks that can spend the whole step, so a slot kept for a new
+    # request vLLM then cannot admit would stay empty while a parked decode waits
+    ckpt = tmp_path / "live.safetensors"
+    tight = ServerSpec(spec.venv, spec.model, served_name=spec.served_name, max_model_len=512, max_num_seqs=2,
+                       port=spec.port, env=spec.env, extra_args=(*spec.extra_args, "--max-num-batched-tokens", "32"))
+    texts = [_chat(p) for p in PROMPTS]
+    with Server(tight, Arm("sjf", {"policy": "sjf"}), READOUT, tmp_path / "serve.log", checkpoint=ckpt):
+        answers = _send_together(tight, texts, max_tokens=16)
+        stats = _wait_stats(ckpt.with_suffix(".stats.json"), len(PROMPTS))
+    assert all(a["usage"]["completion_tokens"] == 16 for a in answers.values())
+    assert stats["yields"] > 0 and stats["idle_slots"] == 0, stats
+
+
+@needs_vllm_server
 @pytest.mark.parametrize("case", ["missing", "other_model", "bad_option"])
 def test_a_bad_readout_or_option_stops_the_server_at_start_with_one_line(spec, tmp_path, case):
     readout, opts, want = READOUT, {"policy": "sjf"}, ""

@@ -51,8 +51,9 @@ def gap_summary(res: Results) -> str:
 @helper
 def gap_trend(res: Results, head: str) -> dict:
     """One head's fitted learning-curve trend: its asymptote, the train prompts it needs for the target share of the
-    ceiling (with the interval) and the train prompts it had."""
-    trend = res.csv(_DATA + TREND, ["head", "asymptote a [95% CI]", "train prompts to reach the target [95% CI]"])
+    ceiling (with the interval), that share, and the train prompts it had."""
+    trend = res.csv(_DATA + TREND, ["head", "asymptote a [95% CI]", "train prompts to reach the target [95% CI]",
+                                    "noise ceiling (test)", "target"])
     curve = res.csv(_DATA + CURVE, ["head", "train prompts"])
     row = res.row(_DATA + TREND, trend, head=head)
     need = str(row["train prompts to reach the target [95% CI]"]).replace(" (asymptote below)", "")
@@ -60,5 +61,6 @@ def gap_trend(res: Results, head: str) -> dict:
     if m is None:
         res.fail(_DATA + TREND, f"train prompts to reach the target: {need!r} is not 'n [low, high]'")
     return {"asymptote": str(row["asymptote a [95% CI]"]).split(" [")[0], "need": m["point"],
+            "share": f"{float(row['target']) / float(row['noise ceiling (test)']):.2f}",
             "interval": f"95% CI {m['low']} to {m['high']}",
             "had": f"{max(int(str(n).replace(',', '')) for n in curve['train prompts']):,}"}

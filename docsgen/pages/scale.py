@@ -70,3 +70,41 @@ def _verdict(s: dict) -> str:
         return "met in both layouts"
     return ("met by the compacted store, not by the parts" if compact <= 1 else "not met") + (
         ", whose stat per file alone costs more than the goal" if s["stat_only_pct_of_load parts"] > 1 else "")
+
+
+@helper
+def feature_budget(res: Results, what: str, model: str = "llama-3.1-8b-instruct") -> str:
+    """A size of the default feature set (conf/features/default.yaml) for a model config's shape, as
+    lengthpred.features.budget works it out: `before` and `per_100k` (every layer, pool and fusion), `after` (the
+    trimmed set), `large` (the size a prompt above which the default set is trimmed)."""
+    import yaml
+
+    from docsgen.pages.configref import conf_dir
+    from lengthpred.features.budget import LARGE_BYTES, default_bytes_per_prompt, human, trim_for_model
+    from lengthpred.features.settings import FeatureSettings
+
+    conf = conf_dir(res.root)
+    feats = yaml.safe_load((conf / "features" / "default.yaml").read_text())
+    shape = yaml.safe_load((conf / "model" / f"{model}.yaml").read_text())
+    n_layers, d = int(shape["num_hidden_layers"]), int(shape["hidden_size"])
+    full = FeatureSettings(layers=feats["layers"], pools=tuple(feats["pools"]), fused=tuple(feats["fused"]),
+                           token_layers=tuple(feats["token_layers"]), dtype=feats["dtype"])
+    trimmed, _ = trim_for_model(full, n_layers, d)
+    sizes = {"before": default_bytes_per_prompt(full, n_layers, d),
+             "per_100k": 100_000 * default_bytes_per_prompt(full, n_layers, d),
+             "after": default_bytes_per_prompt(trimmed, n_layers, d), "large": LARGE_BYTES}
+    return human(sizes[what])
+
+
+def _rerun(script: str, rec: dict, out: str) -> str:
+    args = "".join(f" --{k.replace('_', '-')} {v}" for k, v in rec["settings"].items() if v is not None)
+    return f".venv/bin/python benchmarks/{script}{args} --out {out}"
+
+
+@helper
+def scale_commands(res: Results) -> str:
+    """The commands that rewrite the committed records, with the settings each record was measured with."""
+    lines = [_rerun("bench_store_compaction.py", res.json(STORE), STORE),
+             _rerun("bench_torchrun_extract.py", res.json(TORCHRUN), TORCHRUN),
+             _rerun("bench_torchrun_extract.py", res.json(TORCHRUN_THREADS), TORCHRUN_THREADS)]
+    return "```bash\n" + "\n".join(lines) + "\nmake docs\n```\n"

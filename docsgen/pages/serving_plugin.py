@@ -356,3 +356,13 @@ def plugin_cells(res: Results) -> str:
     cells = res.csv(CELLS, ["cell", "load", "burstiness", "repeats_done_min"])
     return "; ".join(f"`{c['cell']}`: load {c['load']} at burstiness {c['burstiness']}, {c['repeats_done_min']} repeats"
                      for _, c in cells.iterrows())
+
+
+@helper
+def cell_arm(res: Results, cell: str) -> str:
+    """The one arm a cell compares with stock FCFS (gains.csv), for a cell run with a single plugin setting."""
+    gains = res.csv(GAINS, ["cell", "policy"])
+    arms = sorted(set(gains.loc[gains["cell"] == cell, "policy"]))
+    if len(arms) != 1:
+        res.fail(GAINS, f"cell {cell} compares {len(arms)} arms with stock FCFS ({arms}), not one")
+    return str(arms[0])

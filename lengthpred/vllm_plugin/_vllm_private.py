@@ -3,9 +3,11 @@
 The plugin's documented entry points are the `vllm.general_plugins` entry point, `--scheduler-cls` (a subclass
 of vLLM's `Scheduler`), `--additional-config`, the model registry (`ModelRegistry.register_model`) and the
 EAGLE-3 auxiliary hidden-state layers (`SupportsEagle3.set_aux_hidden_state_layers`). What they do not give,
-and this module reads or calls, is pinned to `SUPPORTED` and tested (tests/test_vllm_plugin_engine.py):
+and this module reads or calls, is pinned to `SUPPORTED` and exercised by the real-server tests
+(tests/test_vllm_plugin_serve.py):
 - the scheduler's queues: `running` (a list), `waiting` (vLLM's FCFS deque), `requests`, `_preempt_request`;
 - the KV cache manager's free-block count and a request's block count;
+- the scheduler's step token budget (`max_num_scheduled_tokens`);
 - the attention metadata of the running forward (`query_start_loc`, `seq_lens`, `max_query_len`);
 - the model registry's table of built-in architectures (to subclass the class an architecture names);
 - `VllmConfig.instance_id` (the name both processes give the row channel).
@@ -107,6 +109,15 @@ def request_blocks(scheduler: Any, request_id: str) -> int:
 def preempt(scheduler: Any, request: Any, now: float) -> None:
     """Give a running (here: parked) request's KV blocks back; vLLM puts it in its waiting queue for recompute."""
     scheduler._preempt_request(request, now)
+
+
+def token_budget(scheduler: Any) -> tuple[int, int, bool]:
+    """(tokens per step, prefill chunk cap, chunked prefill) as vLLM's `schedule()` spends them. An adaptive chunk
+    cap (which can only grow) reads as none: a larger chunk than assumed is what would leave a slot empty."""
+    sc = scheduler.scheduler_config
+    tokens = min(int(scheduler.max_num_scheduled_tokens), int(sc.max_num_batched_tokens))
+    cap = 0 if getattr(sc, "long_prefill_token_threshold_adaptive", False) else int(sc.long_prefill_token_threshold)
+    return tokens, cap, bool(sc.enable_chunked_prefill)
 
 
 def reorder_waiting(scheduler: Any, order: list[Any]) -> None:

@@ -7,8 +7,8 @@ detection reads as a CPU build) beside it; no file of vLLM changes. `make serve-
 
     .venv-vllm/bin/python -m lengthpred.vllm_plugin.alias
 
-Without it, the module forms work as well: `python -m vllm.entrypoints.openai.api_server --model <model> ...`
-and `python -m vllm.benchmarks.serve ...`.
+Without it, the server's module form works as well (`python -m vllm.entrypoints.openai.api_server --model
+<model> ...`); vLLM's benchmark client has no module form, so `vllm bench serve` needs the alias.
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 output length LEAP's readout predicts from each request's own prefill, and adapting that readout as requests finish.
 
 Per step, before vLLM's own `schedule()` (`policy.plan_step`): new requests are prefilled first (their prediction
-comes from that prefill); then the prefilled requests hold the batch's `max_num_seqs` slots in order of their key;
-a decode that loses its slot parks with its KV blocks kept and resumes with nothing recomputed. When KV memory is
-short, parked requests with the largest keys give their blocks back (vLLM recomputes them on resumption).
+comes from that prefill), as many as the step's token budget lets vLLM admit, so that no slot kept for one stays
+empty (`idle_slots` counts those that still do); then the prefilled requests hold the batch's `max_num_seqs`
+slots in order of their key; a decode that loses its slot parks with its KV blocks kept and resumes with nothing
+recomputed. When KV memory is short, parked requests with the largest keys give their blocks back (vLLM recomputes
+them on resumption).
 `policy: fcfs` plans nothing: vLLM's own order, with prediction and updates running (the control).
 
 After each step (`update_from_output`): the rows the model sent for prompts whose prefill just completed become
@@ -40,6 +42,7 @@ from lengthpred.vllm_plugin.policy import (
     PREFILL,
     PolicyOptions,
     RequestView,
+    TokenBudget,
     kv_victims,
     plan_step,
 )
@@ -83,6 +86,7 @@ class LengthAwareScheduler(Scheduler):
         self.opts = PolicyOptions(self.lp.policy, aging_weight=self.lp.aging_weight, max_yields=self.lp.max_yields,
                                   max_prefill_slots=self.lp.max_prefill_slots, deadline_s=self.lp.deadline_s)
         self.slots = int(min(self.max_num_running_reqs, self.max_num_active_reqs))
+        self.budget = TokenBudget(*private.token_budget(self))
         self.parked: list[Request] = []
         self.predicted: dict[str, float] = {}
         self.rows: dict[str, np.ndarray] = {}
@@ -91,7 +95,7 @@ class LengthAwareScheduler(Scheduler):
         self.counts = {"yields": 0, "resumes": 0, "kv_preempted": 0, "unpredictable": 0, "finished": 0,
                        "rows_missing": 0, "rows_unreadable": 0, "messages_missing": 0, "plan_s": 0.0, "rows_s": 0.0,
                        "capture_s": 0.0, "messages": 0, "steps": 0,
-                       "row_cache_hits": 0}
+                       "row_cache_hits": 0, "idle_slots": 0}
         self.prefill_steps: deque[float] = deque(maxlen=4096)  # seconds of the latest steps that prefilled
         self._scheduled_at = time.perf_counter()
         self._last_log = time.monotonic()
@@ -110,13 +114,16 @@ class LengthAwareScheduler(Scheduler):
             self._plan(time.time())
             self.counts["plan_s"] += time.perf_counter() - t
         out = super().schedule(throttle_prefills)
+        if self.parked:  # slots this step left empty while a parked request could have used them
+            self.counts["idle_slots"] += max(self.slots - len(out.num_scheduled_tokens), 0)
         self._scheduled_at = time.perf_counter()
         self.counts["steps"] += 1
         return out
 
     def _view(self, r: Request, state: str) -> RequestView:
         return RequestView(r.request_id, float(r.arrival_time), state, self.predicted.get(r.request_id),
-                           int(r.num_output_tokens), self.yields.get(r.request_id, 0))
+                           int(r.num_output_tokens), self.yields.get(r.request_id, 0),
+                           int(r.num_tokens - r.num_computed_tokens))
 
     def _plan(self, now: float) -> None:
         if not (self.parked or self.waiting or len(self.running) > 1):
@@ -124,7 +131,7 @@ class LengthAwareScheduler(Scheduler):
         views = [self._view(r, PREFILL if r.num_computed_tokens < r.num_tokens - 1 else DECODE) for r in self.running]
         views += [self._view(r, PARKED) for r in self.parked]
         views += [self._view(r, PREEMPTED if r.status == RequestStatus.PREEMPTED else NEW) for r in self.waiting]
-        plan = plan_step(views, self.slots, self.opts, now)
+        plan = plan_step(views, self.slots, self.opts, now, self.budget)
         by_id = {r.request_id: r for r in (*self.running, *self.parked, *self.waiting)}
         was_parked = {r.request_id for r in self.parked}
         running = [by_id[i] for i in plan.run]
@@ -289,7 +296,8 @@ class LengthAwareScheduler(Scheduler):
                 "predict_ms_mean": 1e3 * s.predict_s / s.predicted if s.predicted else math.nan,
                 "censored_updates": s.censored, "aborted": s.aborted, "checkpoints": s.checkpoints,
                 "yields": self.counts["yields"], "resumes": self.counts["resumes"],
-                "kv_preempted": self.counts["kv_preempted"], "rows_missing": self.counts["rows_missing"],
+                "kv_preempted": self.counts["kv_preempted"], "idle_slots": self.counts["idle_slots"],
+                "rows_missing": self.counts["rows_missing"],
                 "messages_missing": self.counts["messages_missing"], "row_cache_hits": self.counts["row_cache_hits"],
                 "steps": self.counts["steps"], "plan_ms_per_step": (1e3 * self.counts["plan_s"] / self.counts["steps"]
                                                                      if self.counts["steps"] else math.nan),
@@ -305,8 +313,9 @@ class LengthAwareScheduler(Scheduler):
         s = self.stats()
         return (f"lengthpred: {s['predicted']} predicted ({s['unpredictable']} unpredictable), {s['updates']} updates "
                 f"({s['update_ms_mean']:.3f} ms each, {self.lp.updates}), {s['yields']} yields / {s['resumes']} resumes, "
-                f"{s['kv_preempted']} KV preemptions, {s['parked_now']} parked, predict {s['predict_ms_mean']:.3f} ms, "
-                f"plan {s['plan_ms_total']:.1f} ms total, {s['checkpoints']} checkpoints")
+                f"{s['kv_preempted']} KV preemptions, {s['idle_slots']} idle slot-steps, {s['parked_now']} parked, "
+                f"predict {s['predict_ms_mean']:.3f} ms, plan {s['plan_ms_total']:.1f} ms total, "
+                f"{s['checkpoints']} checkpoints")
 
     def shutdown(self) -> None:
         try:
