@@ -107,4 +107,4 @@ def scale_commands(res: Results) -> str:
     lines = [_rerun("bench_store_compaction.py", res.json(STORE), STORE),
              _rerun("bench_torchrun_extract.py", res.json(TORCHRUN), TORCHRUN),
              _rerun("bench_torchrun_extract.py", res.json(TORCHRUN_THREADS), TORCHRUN_THREADS)]
-    return "```bash\n" + "\n".join(lines) + "\nmake docs\n```\n"
+    return "```bash\n" + "\n".join(lines) + "\nmake docs\n```"
