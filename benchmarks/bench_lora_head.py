@@ -8,7 +8,8 @@ On `--n` bench train prompts (the prepared bench splits), with `--threads` torch
 Refuses to time while /tmp/QUIET exists (another job needs quiet cores) and prints the load average around each
 part, since a shared machine makes any timing an upper bound:
 
-    .venv/bin/python benchmarks/bench_lora_head.py --n 96 --threads 1 2 --lora-layers 4 8
+    .venv/bin/python benchmarks/bench_lora_head.py --n 96 --threads 2 --lora-layers 4 8 \
+        --out docs/results/data/t6-costs/lora_head_cost.json
 """
 
 from __future__ import annotations
@@ -72,10 +73,12 @@ def bench_one(X: list, y: np.ndarray, threads: int, depth: int, layer: int, batc
     pad = head._tokenizer().pad_token_id or 0
     info = {"threads": threads, "lora_layers": depth, "layer": layer, "prompts": len(ids)}
 
-    def full_prefill() -> None:  # the serving model's own prefill, every layer
+    by_length = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # as the head batches: little padding
+
+    def full_prefill() -> None:  # the serving model's own prefill, every layer, in the same length-sorted batches
         with torch.no_grad():
-            for i in range(0, len(ids), 16):
-                t, m = right_pad(ids[i:i + 16], pad)
+            for k in range(0, len(by_length), 16):
+                t, m = right_pad([ids[i] for i in by_length[k:k + 16]], pad)
                 states(dec, t, m, 0, n_layers)
 
     timed("plain prefill (all layers)", full_prefill, tokens, results, **info)
@@ -107,31 +110,22 @@ def main() -> None:
     ap.add_argument("--layer", type=int, default=20)
     ap.add_argument("--lora-layers", type=int, nargs="+", default=[8])
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON lines here")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="also write the rows, settings, machine and commit here (JSON; docs/results/data/t6-costs/"
+                         "lora_head_cost.json is what the docs render)")
     a = ap.parse_args()
+    load0 = os.getloadavg()[0]
     X, y = prompts(a.n)
     results: list[dict] = []
     for threads in a.threads:
         for depth in a.lora_layers:
             bench_one(X, y, threads, depth, a.layer, a.batch_size, results)
     if a.out:
-        a.out.write_text("".join(json.dumps(r) + "\n" for r in results))
-    print(markdown(results))
+        from lengthpred.machine import record
 
-
-def markdown(results: list[dict]) -> str:
-    """The timings as a table, each part's tokens/s beside the plain prefill's of the same set-up (× = how many
-    plain prefills' time the part takes per token)."""
-    plain = {(r["threads"], r["lora_layers"]): r["tokens_per_s"] for r in results if r["part"].startswith("plain")}
-    lines = ["| part | torch threads | adapted layers | prompts | prompt tokens | seconds | tokens/s | "
-             "time per token vs a plain prefill | load average before / after |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for r in results:
-        ratio = plain[(r["threads"], r["lora_layers"])] / r["tokens_per_s"]
-        lines.append(f"| {r['part']} | {r['threads']} | {r['lora_layers']} | {r['prompts']} | {r['tokens']:,} | "
-                     f"{r['seconds']:.1f} | {r['tokens_per_s']:.0f} | {ratio:.2f}× | {r['load_before']:.2f} / "
-                     f"{r['load_after']:.2f} |")
-    return "\n".join(lines)
+        settings = {k: v for k, v in vars(a).items() if k != "out"}
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(record({"parts": results}, settings, load0), indent=1) + "\n")
 
 
 if __name__ == "__main__":
