@@ -3,6 +3,7 @@ from the committed record of benchmarks/bench_lora_head.py (its `--out` file), w
 
 from __future__ import annotations
 
+from docsgen.pages.scale import measured_where
 from docsgen.registry import helper
 from docsgen.results import Results
 from docsgen.studies import DATA
@@ -15,7 +16,6 @@ def lora_head_cost(res: Results) -> str:
     rec = res.json(LORA_COST)
     parts = rec["result"]["parts"]
     plain = {(r["threads"], r["lora_layers"]): r["tokens_per_s"] for r in parts if r["part"].startswith("plain")}
-    m = rec["machine"]
     rows = ["| part | torch threads | adapted layers | prompts | prompt tokens | seconds | tokens/s | "
             "time per token against a plain prefill | load average before / after |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -24,8 +24,6 @@ def lora_head_cost(res: Results) -> str:
         rows.append(f"| {r['part']} | {r['threads']} | {r['lora_layers']} | {r['prompts']} | {r['tokens']:,} | "
                     f"{r['seconds']:.1f} | {r['tokens_per_s']:.0f} | {ratio:.2f}× | {r['load_before']:.2f} / "
                     f"{r['load_after']:.2f} |")
-    return (f"{m['cpus']} cores ({m['cpu'] or 'CPU'}), load average {m['load_at_start']:.2f} at the start and "
-            f"{m['load_at_end']:.2f} at the end, {rec['date']}, commit {rec['commit'] or '–'}; "
-            f"`benchmarks/bench_lora_head.py`, layer {rec['settings']['layer']}, batches of "
+    return (measured_where(rec) + f"; `benchmarks/bench_lora_head.py`, layer {rec['settings']['layer']}, batches of "
             f"{rec['settings']['batch_size']} prompts, one timing per part (an upper bound on a shared machine).\n\n"
             + "\n".join(rows) + "\n")

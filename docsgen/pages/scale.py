@@ -15,7 +15,8 @@ TORCHRUN = f"{DATA}/scale/torchrun_extract.json"  # `--threads 1`: one rank's wo
 TORCHRUN_THREADS = f"{DATA}/scale/torchrun_extract_torch_threads.json"  # the one process on torch's own threads
 
 
-def _where(rec: dict) -> str:
+def measured_where(rec: dict) -> str:
+    """Where a benchmark record (lengthpred.machine.record) was measured: cores, CPU, load, date and commit."""
     m = rec["machine"]
     return (f"{m['cpus']} cores ({m['cpu'] or 'CPU'}), load average {m['load_at_start']:.2f} at the start and "
             f"{m['load_at_end']:.2f} at the end, {rec['date']}, commit {rec['commit'] or '–'}")
@@ -59,8 +60,8 @@ def scale_measured(res: Results) -> str:
         "(compacted) |",
         _torchrun_row(run), _torchrun_row(run_all),
     ]
-    return ("Store: " + _where(store) + ".  \nTorchrun, one thread per process: " + _where(run)
-            + ".  \nTorchrun, the one process on torch's threads: " + _where(run_all) + ".\n\n"
+    return ("Store: " + measured_where(store) + ".  \nTorchrun, one thread per process: " + measured_where(run)
+            + ".  \nTorchrun, the one process on torch's threads: " + measured_where(run_all) + ".\n\n"
             + "\n".join(rows) + "\n")
 
 
