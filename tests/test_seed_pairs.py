@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from lengthpred.errors import DataError
-from lengthpred.eval.seed_pairs import compare_seed_means, seed_pairs_markdown
+from lengthpred.eval.seed_pairs import compare_seed_means, merge_seed_runs, seed_pairs_markdown
 from lengthpred.metrics import spearman
 
 N = 240
@@ -103,3 +103,57 @@ def test_the_script_reads_run_folders_and_writes_the_table(y, tmp_path, capsys):
     assert len(pd.read_csv(out.with_suffix(".csv"))) == 4
     assert cli.main(["--reference", "probe", "probe"]) == 2
     assert "HEAD=PATH" in capsys.readouterr().err
+
+
+def test_one_seed_runs_merge_into_the_file_one_run_over_every_seed_writes(y):
+    preds = [noisy(y, 50, s) for s in range(3)]
+    medians = [p * 0.9 for p in preds]
+    one_run = frame("lora", y, preds, median=medians)
+    runs = []
+    for p, m in zip(preds, medians, strict=True):
+        f = frame("lora", y, [p], seed_cols=False)
+        runs.append(f.assign(y_pred_median=np.concatenate([m + 1, m])))  # the val rows' medians differ
+    runs = [runs[0], runs[1].iloc[::-1].reset_index(drop=True), runs[2]]  # row order does not matter
+    merged = merge_seed_runs(runs, "lora")
+    test = merged[merged["split"].str.endswith("/test")].set_index("id")
+    want = one_run[one_run["split"].str.endswith("/test")].set_index("id")
+    for i in range(3):
+        np.testing.assert_array_equal(test[f"y_pred_seed{i}"], want[f"y_pred_seed{i}"])
+        np.testing.assert_array_equal(test[f"y_pred_median_seed{i}"], want[f"y_pred_median_seed{i}"])
+    np.testing.assert_array_equal(test["y_pred"], preds[0])  # the first run's own columns, as they were
+    assert len(merged) == len(runs[0])
+    df = compare_seed_means({"lora": [merged], "same": [one_run]}, "lora", ["indomain/*/test"], n_boot=50)
+    sp = df[df["metric"] == "spearman"].set_index("head")
+    assert sp.loc["lora", "n_seeds"] == 3 and sp.loc["same", "diff_vs_reference"] == pytest.approx(0, abs=1e-12)
+
+
+def test_a_multi_seed_run_contributes_every_seed_and_runs_that_disagree_are_refused(y):
+    a = frame("lora", y, [noisy(y, 50, 0), noisy(y, 50, 1)])
+    b = frame("lora", y, [noisy(y, 50, 2)], seed_cols=False)
+    merged = merge_seed_runs([a, b], "lora")
+    assert [c for c in merged.columns if c.startswith("y_pred_seed")] == ["y_pred_seed0", "y_pred_seed1",
+                                                                         "y_pred_seed2"]
+    np.testing.assert_array_equal(merged["y_pred_seed2"].to_numpy()[-N:], noisy(y, 50, 2))
+    with pytest.raises(DataError, match="run 2: y_true differs"):
+        merge_seed_runs([a, b.assign(y_true=b["y_true"] + 1)], "lora")
+    with pytest.raises(DataError, match="run 2: its rows differ"):
+        merge_seed_runs([a, b.iloc[1:]], "lora")
+    with pytest.raises(DataError, match="run 1: no rows of head 'probe'"):
+        merge_seed_runs([a, b], "probe")
+
+
+def test_the_merge_script_writes_one_file_and_never_overwrites(y, tmp_path, capsys):
+    import scripts.merge_seeds as cli
+
+    for k in range(2):
+        (tmp_path / f"s{k}").mkdir()
+        frame("lora", y, [noisy(y, 50, k)], seed_cols=False).to_parquet(tmp_path / f"s{k}" / "predictions.parquet")
+    out = tmp_path / "merged"
+    assert cli.main(["--head", "lora", "--out", str(out), str(tmp_path / "s0"), str(tmp_path / "s1")]) == 0
+    merged = pd.read_parquet(out / "predictions.parquet")
+    assert list(merged.filter(like="y_pred_seed").columns) == ["y_pred_seed0", "y_pred_seed1"]
+    before = (out / "predictions.parquet").read_bytes()
+    assert cli.main(["--head", "lora", "--out", str(out), str(tmp_path / "s0")]) == 2
+    assert "exists" in capsys.readouterr().err and (out / "predictions.parquet").read_bytes() == before
+    assert cli.main(["--head", "lora", "--out", str(tmp_path / "new"), str(tmp_path / "nope")]) == 2
+    assert "no predictions file" in capsys.readouterr().err

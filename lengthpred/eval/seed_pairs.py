@@ -123,3 +123,45 @@ def seed_pairs_markdown(df: pd.DataFrame, reference: str) -> str:
         lines.append(f"| {r.head} | {r.n_seeds} | {r.metric} ({r.scored}) | {mean}{sd} | {diff} | "
                      f"{_fmt(r.p_value, 3)} |")
     return "\n".join(lines) + "\n"
+
+
+def _is_seed_column(column: str) -> bool:
+    return bool(seed_columns([column]) or any(seed_columns([column], p) for p in POINT_COLUMNS))
+
+
+def merge_seed_runs(frames: Sequence[pd.DataFrame], head: str) -> pd.DataFrame:
+    """One predictions frame of `head` from runs that fitted it one seed (or several) each, as one run over every
+    seed would have written it: the first run's rows and columns (its `y_pred` and points are the first seed's),
+    then every run's seeds, in the order given, as consecutive seed columns (`y_pred_seed<i>` and its points).
+    Rows are matched on (split, id); every run must hold the same rows with the same `y_true`."""
+    if not frames:
+        raise DataError("no runs to merge")
+    runs = []
+    for k, f in enumerate(frames, 1):
+        if "head" in f.columns:
+            f = f[f["head"] == head]
+        if f.empty:
+            raise DataError(f"run {k}: no rows of head {head!r}")
+        f = f.set_index(["split", "id"])
+        if f.index.duplicated().any():
+            raise DataError(f"run {k}: a (split, id) appears twice; give each run's own predictions file")
+        runs.append(f)
+    base = runs[0]
+    out = base[[c for c in base.columns if not _is_seed_column(c)]].copy()
+    i = 0
+    for k, f in enumerate(runs, 1):
+        if len(f.index.symmetric_difference(base.index)):
+            raise DataError(f"run {k}: its rows differ from the first run's "
+                            f"({len(f.index.symmetric_difference(base.index))} (split, id) pairs in only one)")
+        f = f.loc[base.index]
+        if not np.allclose(f["y_true"].to_numpy(np.float64), base["y_true"].to_numpy(np.float64)):
+            raise DataError(f"run {k}: y_true differs from the first run's (another trace or split?)")
+        n = len(seed_columns(f.columns))
+        for j in range(n or 1):
+            out[seed_column(i)] = f[seed_column(j) if n else "y_pred"].to_numpy(np.float64)
+            for point, plain in POINT_COLUMNS.items():
+                src = seed_column(j, point) if n else plain
+                if src in f.columns:
+                    out[seed_column(i, point)] = f[src].to_numpy(np.float64)
+            i += 1
+    return out.reset_index()
