@@ -76,6 +76,7 @@ def seed_rows(run: Path, metrics: dict[str, Any], tokens: int, plain: float) -> 
              "train_tokens_per_s": round(tokens / s["fit_seconds"], 1),
              "plain_prefills_of_train": round(s["fit_seconds"] * plain / tokens, 1),
              "selected": s["selected"], "val_spearman": s["val_spearman"], "test_spearman": s["spearman"]}
+            | {"candidates": [c for c in metrics.get("candidates", []) if c.get("random_state") == s["random_state"]]}
             for s in seeds]
 
 
@@ -117,6 +118,7 @@ def main() -> None:
         from lengthpred.machine import record
 
         rec = record(result, {"runs": [os.fspath(r) for r in a.runs], "overrides": overrides}, a.load_at_start[0])
+        rec["machine"]["load_at_end"] = None  # written after the runs: the load now is not theirs
         if a.commit:
             rec["commit"] = ", ".join(dict.fromkeys(a.commit))
         a.out.parent.mkdir(parents=True, exist_ok=True)

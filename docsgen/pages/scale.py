@@ -18,8 +18,9 @@ TORCHRUN_THREADS = f"{DATA}/scale/torchrun_extract_torch_threads.json"  # the on
 def measured_where(rec: dict) -> str:
     """Where a benchmark record (lengthpred.machine.record) was measured: cores, CPU, load, date and commit."""
     m = rec["machine"]
-    return (f"{m['cpus']} cores ({m['cpu'] or 'CPU'}), load average {m['load_at_start']:.2f} at the start and "
-            f"{m['load_at_end']:.2f} at the end, {rec['date']}, commit {rec['commit'] or '–'}")
+    end = f" and {m['load_at_end']:.2f} at the end" if m.get("load_at_end") is not None else ""
+    return (f"{m['cpus']} cores ({m['cpu'] or 'CPU'}), load average {m['load_at_start']:.2f} at the start{end}, "
+            f"{rec['date']}, commit {rec['commit'] or '–'}")
 
 
 def _secs(xs: list[float]) -> str:

@@ -1,0 +1,71 @@
+"""The lora head's bench T1 rows (its own train run, scored by scripts/evaluate.py and ingested as
+t1-in-domain/bench_lora.csv) set beside the probe's and the linear readout's rows of bench T1: the sentence the
+T1 page states, rendered from both tables so no number in it is typed."""
+
+from __future__ import annotations
+
+from docsgen.registry import helper
+from docsgen.results import Results
+from docsgen.studies import DATA
+
+T1 = f"{DATA}/t1-in-domain/bench_T1.csv"
+T1_LORA = f"{DATA}/t1-in-domain/bench_lora.csv"
+LORA_FIT = f"{DATA}/t6-costs/lora_head_fit.json"
+_COLS = ["Domain", "Head", "Spearman ↑", "Spearman over seeds ↑", "Noise ceiling (estimate) ↑",
+         "MAE of median (tokens) ↓", "n"]
+
+
+def _point(cell: str) -> float:
+    return float(str(cell).split(" [")[0].split(" ±")[0])
+
+
+@helper
+def lora_vs_probe(res: Results) -> str:
+    """The pooled ('all') rows of lora, probe and linear: Spearman with its interval, the seed mean ± sd, the share
+    of the test ceiling (point estimates), unpaired."""
+    t1, lora = res.csv(T1, _COLS), res.csv(T1_LORA, _COLS)
+    rows = {h: res.row(T1, t1, Domain="all", Head=h) for h in ("probe", "linear")}
+    rows["lora"] = res.row(T1_LORA, lora, Domain="all", Head="lora")
+    ceiling = _point(rows["lora"]["Noise ceiling (estimate) ↑"])
+
+    def phrase(h: str) -> str:
+        r = rows[h]
+        seeds = r["Spearman over seeds ↑"]
+        over = f", over seeds {seeds}" if seeds not in ("—", "") else ""
+        return (f"{h} {r['Spearman ↑']}{over}, {_point(r['Spearman ↑']) / ceiling:.2f} of the ceiling, MAE of median "
+                f"{r['MAE of median (tokens) ↓']} tokens")
+
+    n_seeds = lora_summary(res)["seeds"]
+    caveat = (f" The lora head has {n_seeds} of its 3 seeds so far, and is not ranked against the other "
+              "heads until it has them (its seed-to-seed spread is not known yet)." if n_seeds < 3 else "")
+    return (f"on the same {rows['lora']['n']} test prompts (pooled; first seed's Spearman with its 95% bootstrap "
+            f"interval; share of the test noise ceiling {rows['lora']['Noise ceiling (estimate) ↑']} as point "
+            "estimates): " + "; ".join(phrase(h) for h in ("lora", "probe", "linear")) + "." + caveat)
+
+
+@helper
+def lora_summary(res: Results) -> dict:
+    """The lora head's pooled test Spearman, its share of the test ceiling (point estimates) and its seeds so far."""
+    lora = res.csv(T1_LORA, _COLS)
+    r = res.row(T1_LORA, lora, Domain="all", Head="lora")
+    seeds = str(r["Spearman over seeds ↑"])
+    n_seeds = int(seeds.rsplit("(", 1)[1].rstrip(")")) if "(" in seeds else 1
+    return {"spearman": r["Spearman ↑"], "share": f"{_point(r['Spearman ↑']) / _point(r['Noise ceiling (estimate) ↑']):.0%}",
+            "seeds": n_seeds}
+
+@helper
+def lora_candidates(res: Results) -> str:
+    """Every candidate the lora head's search tried, per seed: its settings, its val Spearman (fitted on the search's
+    train subsample) and its fit time, the chosen one marked (benchmarks/record_lora_fit.py's record)."""
+    r = res.json(LORA_FIT)["result"]
+    rows = ["| seed | adapted layers | rank | lr | epochs | val Spearman (search fit) | fit (min) | chosen |",
+            "|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for s in r["seeds"]:
+        for c in sorted(s["candidates"], key=lambda c: -c["val_spearman"]):
+            p = c["params"]
+            mark = "yes" if p == s["selected"] else ""
+            rows.append(f"| {s['random_state']} | {p['lora_layers']} | {p['rank']} | {p['lr']:g} | {p['epochs']} | "
+                        f"{c['val_spearman']:.3f} | {c['fit_seconds'] / 60:.1f} | {mark} |")
+    return (f"Each candidate was fitted on {r['search']['n_search_train']} train prompts and scored on the "
+            f"{r['n_val']} validation prompts; the chosen one was then refitted on all {r['train_prompts']:,}.\n\n"
+            + "\n".join(rows) + "\n")
