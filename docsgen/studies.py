@@ -49,7 +49,7 @@ FLAT_PAGES: dict[str, tuple[str, ...]] = {
                      "bench_candidates", "demo_candidates", "bench_proxy_seeds", "bench_paired_seeds",
                      "bench_layer_curve", "bench_readout_sweep", "demo_readout_sweep", "bench_concat",
                      "bench_egtp_width", "bench_estp_width", "bench_attention_heads", "demo_attention_heads",
-                     "bench_sweep", "demo_sweep", "bench_gap", "bench_lora"),
+                     "bench_sweep", "demo_sweep", "bench_gap", "bench_lora", "bench_lora_pairs"),
     "t2-cross-domain": ("bench_T2", "demo_T2"),
     "t3-online": ("bench_T3", "demo_T3"),
     "t4-subsets": ("bench_T4", "demo_T4"),

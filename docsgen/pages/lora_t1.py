@@ -69,3 +69,24 @@ def lora_candidates(res: Results) -> str:
     return (f"Each candidate was fitted on {r['search']['n_search_train']} train prompts and scored on the "
             f"{r['n_val']} validation prompts; the chosen one was then refitted on all {r['train_prompts']:,}.\n\n"
             + "\n".join(rows) + "\n")
+
+
+PAIRS = f"{DATA}/t1-in-domain/bench_lora_pairs.csv"
+_PAIR_COLS = ["head", "seeds", "metric (prediction scored)", "seed mean ± sd", "difference vs probe [95% CI]",
+              "p (one-sided)"]
+
+
+@helper
+def lora_pairs(res: Results) -> str:
+    """The lora head against the probe on the same test prompts (scripts/compare_seeds.py, ingested as
+    t1-in-domain/bench_lora_pairs.csv): each metric's difference of seed means with its paired interval."""
+    df = res.csv(PAIRS, _PAIR_COLS)
+    probe = df[(df["head"] == "probe") & df["metric (prediction scored)"].str.startswith("spearman")]
+    if probe.empty:
+        res.fail(PAIRS, "no probe spearman row")
+    p = probe.iloc[0]
+    parts = [f"{r['metric (prediction scored)'].split(' (')[0]} {r['difference vs probe [95% CI]']} (one-sided p that "
+             f"lora is better: {r['p (one-sided)']})" for _, r in df[df["head"] == "lora"].iterrows()]
+    return (f"Paired with the probe on the same test prompts (the probe refitted, {p['seeds']} seeds, Spearman seed mean "
+            f"{p['seed mean ± sd']}), lora minus probe, seed means, 95% paired bootstrap interval over prompts: "
+            + "; ".join(parts) + ".")
