@@ -18,7 +18,9 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,7 +28,8 @@ import torch
 QUIET = Path("/tmp/QUIET")
 
 
-def prompts(n: int) -> tuple[list[list[dict]], np.ndarray]:
+def train_set(overrides: Sequence[str] = ("experiment=bench", "head=lora")) -> tuple[list[list[dict]], np.ndarray, Any]:
+    """The in-domain train prompts (one chat each), their targets, and the config they come from (`overrides`)."""
     from hydra import compose, initialize_config_dir
 
     import lengthpred.cli  # noqa: F401  (config resolvers)
@@ -35,11 +38,16 @@ def prompts(n: int) -> tuple[list[list[dict]], np.ndarray]:
     from lengthpred.stages.train import load_stage_inputs
 
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["logger=disabled", "experiment=bench", "head=lora"])
+        cfg = compose(config_name="config", overrides=["logger=disabled", *overrides])
     data = load_stage_inputs(cfg)
     train = data.labeled(indomain_ids(data.splits)["train"], "train")
-    rows = np.random.default_rng(0).choice(len(train), size=min(n, len(train)), replace=False)
-    return [train.inputs.messages[i] for i in rows], train.y[rows]
+    return list(train.inputs.messages), np.asarray(train.y), cfg
+
+
+def prompts(n: int) -> tuple[list[list[dict]], np.ndarray]:
+    X, y, _ = train_set()
+    rows = np.random.default_rng(0).choice(len(X), size=min(n, len(X)), replace=False)
+    return [X[i] for i in rows], y[rows]
 
 
 def timed(label: str, fn, tokens: int, results: list[dict], **info) -> None:

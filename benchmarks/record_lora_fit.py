@@ -20,32 +20,28 @@ import argparse
 import json
 import os
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_lora_head beside it
+
 GOAL_MINUTES = 90.0
-COST = Path("docs/results/data/t6-costs/lora_head_cost.json")
+COST = Path(__file__).resolve().parent.parent / "docs/results/data/t6-costs/lora_head_cost.json"
 
 
 def train_tokens(overrides: list[str]) -> tuple[int, int]:
     """(train prompts, their prompt tokens) of the run's in-domain train split, encoded as its head encodes them."""
-    from hydra import compose, initialize_config_dir
+    from bench_lora_head import train_set
 
-    import lengthpred.cli  # noqa: F401  (config resolvers)
-    from lengthpred.heads.assemble import indomain_ids
     from lengthpred.heads.lora import LoraHead
-    from lengthpred.paths import REPO_ROOT
-    from lengthpred.stages.train import load_stage_inputs
 
     keep = [o for o in overrides if not o.lstrip("+").startswith(("hydra.", "head.params.n_threads"))]
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=keep)
-    data = load_stage_inputs(cfg)
-    train = data.labeled(indomain_ids(data.splits)["train"], "train")
+    X, _, cfg = train_set(keep)
     head = LoraHead(model=cfg.head.params.get("model"), max_prompt_tokens=cfg.head.params.max_prompt_tokens)
-    return len(train), int(sum(map(len, head._inputs(train.inputs.messages))))
+    return len(X), int(sum(map(len, head._inputs(X))))
 
 
 def plain_prefill_tokens_per_s(cost: dict[str, Any], threads: int) -> float:

@@ -32,6 +32,15 @@ def lora_head_cost(res: Results) -> str:
 LORA_FIT = f"{DATA}/t6-costs/lora_head_fit.json"
 
 
+def planned_seeds(res: Results) -> int:
+    """The seeds the lora head's bench fit runs over: `n_seeds` of conf/head/lora.yaml."""
+    import yaml
+
+    from docsgen.pages.configref import conf_dir
+
+    return int(yaml.safe_load((conf_dir(res.root) / "head" / "lora.yaml").read_text())["n_seeds"])
+
+
 @helper
 def lora_head_fit(res: Results) -> str:
     """The lora head's bench fit per seed against the 90-minute goal and a plain prefill of its train prompts
@@ -55,5 +64,5 @@ def lora_head_fit(res: Results) -> str:
             f"{r['search']['n_search_train'] if r['search'] else 'every'} train prompts, then the chosen one refitted on "
             f"all. A plain prefill runs {r['plain_prefill_tokens_per_s']:.0f} prompt tokens/s on this machine (the "
             f"cost table above, median of its plain rows). {runs}Goal: at most {r['goal_minutes_per_seed']:.0f} min "
-            f"per seed: **{verdict}** (slowest seed {r['max_minutes_per_seed']:.1f} min, {len(r['seeds'])} of 3 "
+            f"per seed: **{verdict}** (slowest seed {r['max_minutes_per_seed']:.1f} min, {len(r['seeds'])} of {planned_seeds(res)} "
             "seeds fitted).\n\n" + "\n".join(rows) + "\n")

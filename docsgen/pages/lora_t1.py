@@ -4,13 +4,13 @@ T1 page states, rendered from both tables so no number in it is typed."""
 
 from __future__ import annotations
 
+from docsgen.pages.lora_cost import LORA_FIT, planned_seeds
 from docsgen.registry import helper
 from docsgen.results import Results
 from docsgen.studies import DATA
 
 T1 = f"{DATA}/t1-in-domain/bench_T1.csv"
 T1_LORA = f"{DATA}/t1-in-domain/bench_lora.csv"
-LORA_FIT = f"{DATA}/t6-costs/lora_head_fit.json"
 _COLS = ["Domain", "Head", "Spearman ↑", "Spearman over seeds ↑", "Noise ceiling (estimate) ↑",
          "MAE of median (tokens) ↓", "n"]
 
@@ -35,9 +35,10 @@ def lora_vs_probe(res: Results) -> str:
         return (f"{h} {r['Spearman ↑']}{over}, {_point(r['Spearman ↑']) / ceiling:.2f} of the ceiling, MAE of median "
                 f"{r['MAE of median (tokens) ↓']} tokens")
 
-    n_seeds = lora_summary(res)["seeds"]
-    caveat = (f" The lora head has {n_seeds} of its 3 seeds so far, and is not ranked against the other "
-              "heads until it has them (its seed-to-seed spread is not known yet)." if n_seeds < 3 else "")
+    lo = lora_summary(res)
+    caveat = (f" The lora head has {lo['seeds']} of its {lo['planned']} seeds so far, and is not ranked against the "
+              "other heads until it has them (its seed-to-seed spread is not known yet)."
+              if lo["seeds"] < lo["planned"] else "")
     return (f"on the same {rows['lora']['n']} test prompts (pooled; first seed's Spearman with its 95% bootstrap "
             f"interval; share of the test noise ceiling {rows['lora']['Noise ceiling (estimate) ↑']} as point "
             "estimates): " + "; ".join(phrase(h) for h in ("lora", "probe", "linear")) + "." + caveat)
@@ -45,13 +46,15 @@ def lora_vs_probe(res: Results) -> str:
 
 @helper
 def lora_summary(res: Results) -> dict:
-    """The lora head's pooled test Spearman, its share of the test ceiling (point estimates) and its seeds so far."""
+    """The lora head's pooled test Spearman, its share of the test ceiling (point estimates), its seeds so far and
+    the seeds its fit runs over."""
     lora = res.csv(T1_LORA, _COLS)
     r = res.row(T1_LORA, lora, Domain="all", Head="lora")
     seeds = str(r["Spearman over seeds ↑"])
     n_seeds = int(seeds.rsplit("(", 1)[1].rstrip(")")) if "(" in seeds else 1
     return {"spearman": r["Spearman ↑"], "share": f"{_point(r['Spearman ↑']) / _point(r['Noise ceiling (estimate) ↑']):.0%}",
-            "seeds": n_seeds}
+            "seeds": n_seeds, "planned": planned_seeds(res)}
+
 
 @helper
 def lora_candidates(res: Results) -> str:
