@@ -90,3 +90,23 @@ def test_the_serving_generator_reproduces_the_committed_rows():
     made = run_gains(REPO_ROOT)
     for path in (GAINS, FOLDER_INFO):
         assert made[path] == (REPO_ROOT / path).read_text(encoding="utf-8"), f"{path}: run make docs"
+
+
+def test_the_lora_verdict_waits_for_every_seed_and_reads_the_paired_interval():
+    from docsgen.pages.lora_t1 import PAIRS, T1_LORA, lora_vs_probe_verdict
+
+    head = "Domain,Head,Spearman ↑,Spearman over seeds ↑,Noise ceiling (estimate) ↑,MAE of median (tokens) ↓,n\n"
+    pairs = ("head,seeds,metric (prediction scored),seed mean ± sd,difference vs probe [95% CI],p (one-sided)\n"
+             "probe,3,spearman (y_pred),0.759 ± 0.005,(reference),\n"
+             'lora,3,spearman (y_pred),0.75 ± 0.01,"-0.009 [-0.020, 0.003]",0.9\n'
+             "probe,3,mae (median),72.0 ± 1.3,(reference),\n"
+             'lora,3,mae (median),80.0 ± 1.0,"8.0 [4.0, 12.0]",1.000\n')
+    one_seed = head + 'all,lora,"0.742 [0.687, 0.791]",—,"0.886 [0.861, 0.906]","81.0 [74.6, 87.5]",480\n'
+    assert lora_vs_probe_verdict(Results(REPO_ROOT, "x", overlay={T1_LORA: one_seed, PAIRS: pairs})) == ""
+    every = one_seed.replace(",—,", ",0.745 ± 0.004 (3),")
+    verdict = lora_vs_probe_verdict(Results(REPO_ROOT, "x", overlay={T1_LORA: every, PAIRS: pairs}))
+    assert verdict.startswith("With its 3 seeds, lora is level with and errs more than the probe")
+    better = pairs.replace('"-0.009 [-0.020, 0.003]"', '"0.020 [0.010, 0.030]"').replace('"8.0 [4.0, 12.0]"',
+                                                                                     '"-3.0 [-5.0, -1.0]"')
+    verdict = lora_vs_probe_verdict(Results(REPO_ROOT, "x", overlay={T1_LORA: every, PAIRS: better}))
+    assert "lora ranks better than and errs less than the probe" in verdict

@@ -79,6 +79,33 @@ _PAIR_COLS = ["head", "seeds", "metric (prediction scored)", "seed mean ± sd", 
               "p (one-sided)"]
 
 
+def _side(ci: str) -> int:
+    """-1, 0 or +1: whether a "d [lo, hi]" interval lies below zero, covers it, or lies above it."""
+    lo, hi = (float(x) for x in ci.split("[", 1)[1].rstrip("]").split(","))
+    return -1 if hi < 0 else (1 if lo > 0 else 0)
+
+
+@helper
+def lora_vs_probe_verdict(res: Results) -> str:
+    """What the paired interval says of lora against the probe on Spearman (higher is better) and on the MAE of the
+    median (lower is better), once lora has every planned seed; empty before (one seed is not a ranking)."""
+    lo = lora_summary(res)
+    if lo["seeds"] < lo["planned"]:
+        return ""
+    df = res.csv(PAIRS, _PAIR_COLS)
+    words = {"spearman": ("ranks worse than", "is level with", "ranks better than"),
+             "mae": ("errs less than", "errs as much as", "errs more than")}
+    out = []
+    for _, r in df[df["head"] == "lora"].iterrows():
+        metric = r["metric (prediction scored)"].split(" (")[0]
+        if metric in words:
+            out.append(words[metric][_side(r["difference vs probe [95% CI]"]) + 1])
+    if not out:
+        res.fail(PAIRS, "no lora row to judge")
+    return (f"With its {lo['seeds']} seeds, lora " + " and ".join(out) + " the probe (the paired 95% intervals: "
+            "level where the interval covers zero).")
+
+
 @helper
 def lora_pairs(res: Results) -> str:
     """The lora head against the probe on the same test prompts (scripts/compare_seeds.py, ingested as
