@@ -7,6 +7,9 @@
 
 Each run is a folder holding predictions.parquet (or the file), the first seed's run first (its `y_pred` stays the
 head's). Writes `<out>/predictions.parquet`; refuses an `--out` that already holds one.
+The merged folder holds no metrics.json (the seeds may have chosen different settings), so score it with
+`scripts/evaluate.py ... eval.input_dir=<out> 'eval.paired.heads=[]'` (the bench default `[auto]` picks its reference
+from a metrics.json) and pair it with another head by scripts/compare_seeds.py.
 """
 
 from __future__ import annotations
