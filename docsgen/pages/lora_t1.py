@@ -102,8 +102,8 @@ def lora_vs_probe_verdict(res: Results) -> str:
             out.append(words[metric][_side(r["difference vs probe [95% CI]"]) + 1])
     if not out:
         res.fail(PAIRS, "no lora row to judge")
-    return (f"With its {lo['seeds']} seeds, lora " + " and ".join(out) + " the probe (the paired 95% intervals: "
-            "level where the interval covers zero).")
+    return (f"With its {lo['seeds']} seeds, lora " + " and ".join(out) + " the probe (95% paired bootstrap "
+            "intervals over the test prompts; an interval covering zero counts as level).")
 
 
 @helper
