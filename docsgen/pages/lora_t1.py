@@ -4,6 +4,7 @@ T1 page states, rendered from both tables so no number in it is typed."""
 
 from __future__ import annotations
 
+from docsgen.numbers import parse_cell
 from docsgen.pages.lora_cost import LORA_FIT, planned_seeds
 from docsgen.registry import helper
 from docsgen.results import Results
@@ -81,8 +82,8 @@ _PAIR_COLS = ["head", "seeds", "metric (prediction scored)", "seed mean ± sd", 
 
 def _side(ci: str) -> int:
     """-1, 0 or +1: whether a "d [lo, hi]" interval lies below zero, covers it, or lies above it."""
-    lo, hi = (float(x) for x in ci.split("[", 1)[1].rstrip("]").split(","))
-    return -1 if hi < 0 else (1 if lo > 0 else 0)
+    s = parse_cell(ci)
+    return -1 if s.hi < 0 else (1 if s.lo > 0 else 0)
 
 
 @helper
