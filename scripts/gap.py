@@ -3,7 +3,7 @@ of the ceiling), the test error by domain, prompt length, capped share and answe
 head gets wrong against their own sampling noise.
 
     .venv/bin/python scripts/gap.py experiment=bench
-    .venv/bin/python scripts/gap.py experiment=bench 'gap.extra_predictions={lora: <train run>/predictions.parquet}'
+    .venv/bin/python scripts/gap.py experiment=bench +gap.extra_predictions.lora=<train_run>/predictions.parquet
 
 Writes gap.md, gap_*.csv and learning_curve.png into the run directory (lengthpred/stages/gap.py); features are
 extracted first when missing.

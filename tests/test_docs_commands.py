@@ -4,6 +4,7 @@ is there. `experiment=mine` is the copy the own-trace recipe makes of conf/exper
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 import subprocess
@@ -34,6 +35,24 @@ def commands() -> list[tuple[str, str]]:
                 cmd = re.split(r"\s+#", line, maxsplit=1)[0].strip()
                 if cmd:
                     out.append((page, cmd))
+    return out
+
+
+_PLACEHOLDER = re.compile(r"<[^>]*>|(?<==)\.\.\.")  # <train_run>, model.path=...: a value the reader fills in
+
+
+def docstring_commands() -> list[tuple[str, str]]:
+    """(script, command) for every usage line in a stage script's docstring (what `--help` and a reader copy), its
+    placeholders filled with a plain value and a leading `...` (the lines above it) dropped."""
+    out = []
+    for path in sorted((REPO_ROOT / "scripts").glob("*.py")):
+        if not _hydra_script(path):
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
+        for line in re.sub(r"\\\n\s*", " ", doc).splitlines():
+            if re.match(r"\s+(\.venv/bin/)?python scripts/", line):
+                cmd = _PLACEHOLDER.sub("x", re.split(r"\s+#", line, maxsplit=1)[0].strip())
+                out.append((path.name, cmd.replace(" ... ", " ")))
     return out
 
 
@@ -88,8 +107,14 @@ def test_a_command_in_the_docs_parses(page, cmd):
     check(cmd)
 
 
+@pytest.mark.parametrize("script, cmd", docstring_commands(), ids=[f"{p}: {c}" for p, c in docstring_commands()])
+def test_a_command_in_a_script_docstring_parses(script, cmd):
+    check(cmd)
+
+
 def test_the_pages_show_commands_and_a_wrong_one_fails():
     assert len(commands()) > 20
+    assert len(docstring_commands()) > 50
     with pytest.raises(Exception, match="head"):
         check("python scripts/train.py head=no_such_head")
     with pytest.raises(subprocess.CalledProcessError):
