@@ -128,3 +128,18 @@ def test_the_stage_end_to_end_on_the_tiny_model(trace_run):  # noqa: F811
     cfg.gap.min_train = 5
     with pytest.raises(DataError, match="fraction 0.01"):
         run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
+
+
+def test_the_learning_curve_figure_draws_a_head_fitted_on_the_full_train_set_only(tmp_path, monkeypatch):
+    import lengthpred.eval.plots as plots
+
+    figs = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)  # keep the figure to read it back
+    points = pd.DataFrame({"head": ["a"] * 4, "n_train": [10, 10, 20, 20], "test_spearman": [0.5, 0.6, 0.7, 0.72]})
+    plots.learning_curve_figure(points, {"a": (0.8, 1.0, 0.5)}, 0.9, 0.9, tmp_path / "c.png",
+                                others={"lora": [0.70, 0.74]})
+    ax = figs[0].axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "lora (full train set only, mean over seeds)" in labels
+    drawn = np.vstack([c.get_offsets() for c in ax.collections])
+    assert [20.0, 0.72] in drawn.round(2).tolist() and [20.0, 0.74] in drawn.round(2).tolist()

@@ -256,10 +256,12 @@ def head_scores(heads: pd.DataFrame, path: str | Path, title: str = "") -> Path 
 
 
 def learning_curve_figure(points: pd.DataFrame, trends: dict[str, tuple[float, float, float]], ceiling: float,
-                          share: float, path: str | Path, title: str = "") -> Path:
+                          share: float, path: str | Path, title: str = "",
+                          others: dict[str, list[float]] | None = None) -> Path:
     """Test Spearman against train prompts (log axis): each resample's point, the mean per size, the fitted
     a − b·n^(−c) of each head (`trends`: head → (a, b, c)) drawn out to 8× the largest train set, the noise ceiling
-    and `share` of it."""
+    and `share` of it. `others`: heads fitted on the full train set only (head → test Spearman per seed), drawn at
+    the largest train set as each seed's point and their mean."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     n_max = float(points["n_train"].max())
     grid = np.geomspace(float(points["n_train"].min()), 8 * n_max, 200)
@@ -271,6 +273,10 @@ def learning_curve_figure(points: pd.DataFrame, trends: dict[str, tuple[float, f
         a, b, c = trends.get(head, (math.nan, math.nan, math.nan))
         if all(map(math.isfinite, (a, b, c))):
             ax.plot(grid, a - b * grid ** (-c), "--", color=color, lw=1, label=f"{head}: fitted a − b·n^(−c)")
+    for j, (head, rhos) in enumerate((others or {}).items(), start=points["head"].nunique()):
+        ax.scatter([n_max] * len(rhos), rhos, s=12, color=f"C{j}", alpha=0.5, marker="D")
+        ax.scatter([n_max], [float(np.mean(rhos))], s=40, color=f"C{j}", marker="D",
+                   label=f"{head} (full train set only, mean over seeds)")
     ax.axhline(ceiling, color="k", lw=1, label="noise ceiling (test)")
     ax.axhline(share * ceiling, color="k", lw=1, ls=":", label=f"{share:.2f} of the ceiling")
     ax.axvline(n_max, color="0.6", lw=0.8)

@@ -159,8 +159,10 @@ def run_gap(cfg: DictConfig, out_dir: str | Path, log: Any = print) -> dict[str,
     mix = domain_mix(frame, all_wrong(frame, samples, every, float(g.factor)))
     mix.to_csv(out / "gap_wrong_domains.csv")
     ceiling = trends[heads[0]].ceiling
+    others = {h: [float(spearman_rows(test.y[None, :], p[None, :])[0]) for p in per_seed[h]] for h in extra}
     learning_curve_figure(pf, {h: (t.a, t.b, t.c) for h, t in trends.items()}, ceiling, float(g.share),
-                          out / "learning_curve.png", title=f"{cfg.model.name} on {cfg.data.name}: learning curves")
+                          out / "learning_curve.png", title=f"{cfg.model.name} on {cfg.data.name}: learning curves",
+                          others=others)
     (out / "gap.md").write_text(render(cfg, pf, trends, bd, noise, mix, every, reach) + "\n", encoding="utf-8")
     return {"points": pf, "trend": tf, "breakdown": bd, "noise": noise, "reach": reach}
 
