@@ -37,8 +37,8 @@ def gap_summary(res: Results) -> str:
     out = [("A head reaches" if reached else "No head reaches") + " 0.90 of the test noise ceiling "
            f"({trend['noise ceiling (test)'].iloc[0]}, target Spearman {trend['target'].iloc[0]}) at the full "
            f"{full:,} train prompts: " + "; ".join(_reach_phrase(r) for _, r in reach.iterrows()) + ". "
-           "The learning curves (each head refitted with its own search on 1/8 to all of the train prompts, 3 draws "
-           "each), fitted as a − b·n^(−c), say what more data would do: "]
+           f"The learning curves of {' and '.join(trend['head'])} (each refitted with its own search on 1/8 to all "
+           "of the train prompts, 3 draws each), fitted as a − b·n^(−c), say what more data would do: "]
     parts = []
     for _, t in trend.iterrows():
         parts.append(f"{t['head']}: {t['gain over the last doubling [95% CI]']} over the last doubling, asymptote "
