@@ -13,6 +13,7 @@ from docsgen.studies import DATA
 STORE = f"{DATA}/scale/store_compaction.json"
 TORCHRUN = f"{DATA}/scale/torchrun_extract.json"  # `--threads 1`: one rank's worth of cores against two ranks
 TORCHRUN_THREADS = f"{DATA}/scale/torchrun_extract_torch_threads.json"  # the one process on torch's own threads
+TORCHRUN_LARGE = f"{DATA}/scale/torchrun_extract_2400.json"  # `--threads 1` on more prompts: the fixed start-up shrinks
 
 
 def measured_where(rec: dict) -> str:
@@ -34,7 +35,7 @@ def _threads(rec: dict) -> str:
 
 def _torchrun_row(rec: dict) -> str:
     t = rec["result"]
-    return (f"| `torchrun --nproc-per-node 2` extraction, tiny model, {t['prompts']} prompts, one process on "
+    return (f"| `torchrun --nproc-per-node 2` extraction, tiny model, {t['prompts']:,} prompts, one process on "
             f"{_threads(rec)}, `bench_torchrun_extract.py` | whole command, per repetition: one process "
             f"{_secs(t['one_process_wall_s'])} s; two ranks (1 thread each) {_secs(t['torchrun_2_wall_s'])} s; "
             f"two-rank wall / half the one-process wall, medians: **{t['ratio (wall, goal <= 1.2)']:.2f}**; "
@@ -45,6 +46,7 @@ def _torchrun_row(rec: dict) -> str:
 @helper
 def scale_measured(res: Results) -> str:
     store, run, run_all = res.json(STORE), res.json(TORCHRUN), res.json(TORCHRUN_THREADS)
+    large = res.json(TORCHRUN_LARGE)
     s = store["result"]
     rows = [
         "| Benchmark | Result |", "|---|---|",
@@ -59,9 +61,11 @@ def scale_measured(res: Results) -> str:
         "reading the verification record, which also lists the parts' ids for the load: "
         f"{s['record_read_pct_of_load parts']:.2f}% (parts), {s['record_read_pct_of_load compacted']:.2f}% "
         "(compacted) |",
-        _torchrun_row(run), _torchrun_row(run_all),
+        _torchrun_row(run), _torchrun_row(large), _torchrun_row(run_all),
     ]
     return ("Store: " + measured_where(store) + ".  \nTorchrun, one thread per process: " + measured_where(run)
+            + f".  \nTorchrun at {large['result']['prompts']:,} prompts, one thread per process: "
+            + measured_where(large)
             + ".  \nTorchrun, the one process on torch's threads: " + measured_where(run_all) + ".\n\n"
             + "\n".join(rows) + "\n")
 
@@ -108,5 +112,6 @@ def scale_commands(res: Results) -> str:
     """The commands that rewrite the committed records, with the settings each record was measured with."""
     lines = [_rerun("bench_store_compaction.py", res.json(STORE), STORE),
              _rerun("bench_torchrun_extract.py", res.json(TORCHRUN), TORCHRUN),
+             _rerun("bench_torchrun_extract.py", res.json(TORCHRUN_LARGE), TORCHRUN_LARGE),
              _rerun("bench_torchrun_extract.py", res.json(TORCHRUN_THREADS), TORCHRUN_THREADS)]
     return "```bash\n" + "\n".join(lines) + "\nmake docs\n```"
