@@ -6,25 +6,36 @@
         outputs/bench/train_lora_s0 outputs/bench/train_lora_s1 outputs/bench/train_lora_s2
 
 Each run is a folder holding predictions.parquet (or the file), the first seed's run first (its `y_pred` stays the
-head's). Writes `<out>/predictions.parquet`; refuses an `--out` that already holds one.
-The merged folder holds no metrics.json (the seeds may have chosen different settings), so score it with
-`scripts/evaluate.py ... eval.input_dir=<out> 'eval.paired.heads=[]'` (the bench default `[auto]` picks its reference
-from a metrics.json) and pair it with another head by scripts/compare_seeds.py.
+head's). Writes `<out>/predictions.parquet` and, when every run is a folder with its metrics.json, `<out>/metrics.json`
+(merge_seed_metrics: every seed's validation and test scores, no parameter count when the seeds chose heads of
+different sizes), so `scripts/evaluate.py eval.input_dir=<out>` scores it like any train run and pair it with another
+head by scripts/compare_seeds.py. Refuses an `--out` that already holds either file.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from lengthpred.artefacts import PREDICTIONS
+from lengthpred.artefacts import METRICS, PREDICTIONS
 from lengthpred.errors import DataError, LengthpredError
-from lengthpred.eval.seed_pairs import merge_seed_runs
-from lengthpred.integrity import atomic_write_bytes
+from lengthpred.eval.seed_pairs import merge_seed_metrics, merge_seed_runs
+from lengthpred.integrity import atomic_write_bytes, atomic_write_text
+
+
+def _metrics(runs: list[Path]) -> list[dict] | None:
+    files = [r / METRICS for r in runs if r.is_dir()]
+    if len(files) < len(runs) or not all(f.is_file() for f in files):
+        return None
+    try:
+        return [json.loads(f.read_text()) for f in files]
+    except ValueError as e:
+        raise DataError(f"a run's {METRICS} is not JSON ({e}); rerun its train stage") from None
 
 
 def main(argv: list[str]) -> int:
@@ -33,15 +44,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--head", required=True, help="the head whose rows to merge")
     ap.add_argument("--out", required=True, type=Path, help="folder to write predictions.parquet into")
     args = ap.parse_args(argv)
-    target = args.out / PREDICTIONS
+    target, metrics_file = args.out / PREDICTIONS, args.out / METRICS
     try:
-        if target.exists():
-            raise DataError(f"{target} exists: give a new --out folder (nothing was written)")
+        for t in (target, metrics_file):
+            if t.exists():
+                raise DataError(f"{t} exists: give a new --out folder (nothing was written)")
         files = [r / PREDICTIONS if r.is_dir() else r for r in args.runs]
         missing = [str(f) for f in files if not f.is_file()]
         if missing:
             raise DataError(f"no predictions file at {', '.join(missing)}")
         merged = merge_seed_runs([pd.read_parquet(f) for f in files], args.head)
+        blobs = _metrics(args.runs)
+        metrics = merge_seed_metrics(blobs) if blobs is not None else None
     except LengthpredError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -50,6 +64,11 @@ def main(argv: list[str]) -> int:
     atomic_write_bytes(target, buf.getvalue())
     n = len([c for c in merged.columns if c.startswith("y_pred_seed")])
     print(f"{target}: {len(merged)} rows of {args.head}, {n} seeds")
+    if metrics is None:
+        print(f"no {METRICS} written (a run without one): score it with 'eval.paired.heads=[]'")
+    else:
+        atomic_write_text(metrics_file, json.dumps(metrics, indent=2))
+        print(f"{metrics_file}: {metrics['n_seeds']} seeds")
     return 0
 
 

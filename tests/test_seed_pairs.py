@@ -157,3 +157,45 @@ def test_the_merge_script_writes_one_file_and_never_overwrites(y, tmp_path, caps
     assert "exists" in capsys.readouterr().err and (out / "predictions.parquet").read_bytes() == before
     assert cli.main(["--head", "lora", "--out", str(tmp_path / "new"), str(tmp_path / "nope")]) == 2
     assert "no predictions file" in capsys.readouterr().err
+
+
+def _fit_record(seed: int, rho: float, val: float, n_parameters: int) -> dict:
+    return {"spearman": rho, "kendall": rho / 2, "mae": 80.0 + seed, "mae_mean": 81.0, "head": "lora",
+            "n_train": 10, "n_val": 5, "n_test": 5, "n_parameters": n_parameters, "params": {"random_state": seed},
+            "selected": {"lr": 1e-4 * (seed + 1)}, "val_spearman": val, "fit_seconds": 60.0}
+
+
+def test_merged_seed_metrics_read_like_one_run_over_every_seed():
+    from lengthpred.eval.seed_pairs import merge_seed_metrics
+    from lengthpred.eval.selection import best_on_validation
+
+    runs = [_fit_record(0, 0.74, 0.78, 100), _fit_record(1, 0.76, 0.70, 100), _fit_record(2, 0.72, 0.72, 300)]
+    m = merge_seed_metrics(runs)
+    assert m["n_seeds"] == 3 and [s["random_state"] for s in m["seeds"]] == [0, 1, 2]
+    assert m["spearman"] == 0.74 and m["spearman_seed_mean"] == pytest.approx(0.74)  # the first seed's head is kept
+    assert m["n_parameters"] is None and m["fit_seconds_seeds"] == 180.0  # the seeds' sizes differ: no one count
+    assert merge_seed_metrics(runs[:2])["n_parameters"] == 100
+    # eval.paired.heads=[auto] scores it on its seeds' mean validation Spearman (0.733), not the first seed's 0.78
+    assert best_on_validation({"lora": m, "probe": {"val_spearman": 0.75}}) == "probe"
+    with pytest.raises(DataError, match="run 2: .* n_train"):
+        merge_seed_metrics([runs[0], runs[1] | {"n_train": 11}])
+
+
+def test_the_merge_script_writes_the_metrics_when_every_run_has_them(y, tmp_path, capsys):
+    import json
+
+    import scripts.merge_seeds as cli
+
+    for k in range(2):
+        (tmp_path / f"s{k}").mkdir()
+        frame("lora", y, [noisy(y, 50, k)], seed_cols=False).to_parquet(tmp_path / f"s{k}" / "predictions.parquet")
+        (tmp_path / f"s{k}" / "metrics.json").write_text(json.dumps(_fit_record(k, 0.7, 0.7, 100)))
+    runs = [str(tmp_path / "s0"), str(tmp_path / "s1")]
+    assert cli.main(["--head", "lora", "--out", str(tmp_path / "m"), *runs]) == 0
+    assert json.loads((tmp_path / "m" / "metrics.json").read_text())["n_seeds"] == 2
+    (tmp_path / "s1" / "metrics.json").write_text(json.dumps(_fit_record(1, 0.7, 0.7, 100) | {"head": "probe"}))
+    assert cli.main(["--head", "lora", "--out", str(tmp_path / "bad"), *runs]) == 2
+    assert "head" in capsys.readouterr().err and not (tmp_path / "bad").exists()  # nothing written
+    (tmp_path / "s1" / "metrics.json").unlink()
+    assert cli.main(["--head", "lora", "--out", str(tmp_path / "n"), *runs]) == 0
+    assert not (tmp_path / "n" / "metrics.json").exists() and "eval.paired.heads=[]" in capsys.readouterr().out

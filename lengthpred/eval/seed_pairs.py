@@ -14,14 +14,16 @@ MAE scores each seed's median prediction where every file of the head records it
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from lengthpred.errors import DataError
 from lengthpred.metrics import METRICS, is_undefined, paired_bootstrap_seeds
-from lengthpred.seeds import POINT_COLUMNS, seed_column, seed_columns, spread
+from lengthpred.seeds import POINT_COLUMNS, SEED_METRICS, seed_column, seed_columns, seed_metric_name, spread
 
 COLUMNS = ["head", "n_seeds", "n", "metric", "scored", "seed_mean", "seed_sd", "diff_vs_reference", "ci_low", "ci_high",
            "p_value"]
@@ -165,3 +167,41 @@ def merge_seed_runs(frames: Sequence[pd.DataFrame], head: str) -> pd.DataFrame:
                     out[seed_column(i, point)] = f[src].to_numpy(np.float64)
             i += 1
     return out.reset_index()
+
+
+_SCORES = ("spearman", "kendall", "mae", "mae_mean")  # a one-seed metrics.json's test scores (lengthpred.metrics.score)
+_SAME = ("head", "n_train", "n_val", "n_test")  # what every merged run must share
+
+
+def _seed_entries(blob: Mapping[str, Any]) -> list[dict[str, Any]]:
+    if blob.get("seeds"):
+        return [dict(s) for s in blob["seeds"]]
+    return [{"random_state": (blob.get("params") or {}).get("random_state"),
+             **{k: blob[k] for k in _SCORES if k in blob}, "val_spearman": blob.get("val_spearman"),
+             "selected": blob.get("selected"), "within_bin": blob.get("within_bin"),
+             "fit_seconds": blob.get("fit_seconds")}]
+
+
+def merge_seed_metrics(blobs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The metrics.json one run over every seed would have written, from the runs `merge_seed_runs` joins (same
+    order): the first run's record (its head is the one kept), every run's seeds under `seeds` with their mean ± sd,
+    and `n_parameters` only when every seed chose a head of the same size (else None: no single count describes
+    them). `eval.paired.heads=[auto]` reads it like any train run's."""
+    if not blobs:
+        raise DataError("no runs to merge")
+    first = blobs[0]
+    for k, b in enumerate(blobs[1:], 2):
+        differ = [key for key in _SAME if b.get(key) != first.get(key)]
+        if differ:
+            raise DataError(f"run {k}: its metrics.json differs from the first run's in {', '.join(differ)}")
+    per_seed = [s for b in blobs for s in _seed_entries(b)]
+    out = {k: v for k, v in first.items() if k not in ("seeds", "n_seeds", "fit_seconds_seeds")}
+    out |= {"n_seeds": len(per_seed), "seeds": per_seed, "merged_runs": len(blobs)}
+    for m in SEED_METRICS:
+        sp = spread([s.get(m) for s in per_seed])
+        out[seed_metric_name(m, "mean")] = sp.mean if math.isfinite(sp.mean) else None
+        out[seed_metric_name(m, "sd")] = sp.sd if math.isfinite(sp.sd) else None
+    out["fit_seconds_seeds"] = round(sum(float(s.get("fit_seconds") or 0.0) for s in per_seed), 3)
+    if len({b.get("n_parameters") for b in blobs}) > 1:
+        out["n_parameters"] = None
+    return out
