@@ -6,10 +6,11 @@
         outputs/bench/train_lora_s0 outputs/bench/train_lora_s1 outputs/bench/train_lora_s2
 
 Each run is a folder holding predictions.parquet (or the file), the first seed's run first (its `y_pred` stays the
-head's). Writes `<out>/predictions.parquet` and, when every run is a folder with its metrics.json, `<out>/metrics.json`
-(merge_seed_metrics: every seed's validation and test scores, no parameter count when the seeds chose heads of
-different sizes), so `scripts/evaluate.py eval.input_dir=<out>` scores it like any train run and pair it with another
-head by scripts/compare_seeds.py. Refuses an `--out` that already holds either file.
+head's). Writes `<out>/predictions.parquet` and, when every run has its metrics.json, `<out>/metrics.json`
+(merge_seed_metrics: every seed's validation and test scores and search candidates; no parameter count when the
+seeds chose heads of different sizes; runs of another head, data or search budget, or a seed given twice, are
+refused), so `scripts/evaluate.py eval.input_dir=<out>` scores it like any train run; scripts/compare_seeds.py pairs
+it with another head. Refuses an `--out` that already holds either file.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from lengthpred.integrity import atomic_write_bytes, atomic_write_text
 
 
 def _metrics(runs: list[Path]) -> list[dict] | None:
-    files = [r / METRICS for r in runs if r.is_dir()]
-    if len(files) < len(runs) or not all(f.is_file() for f in files):
+    """Each run's metrics.json (beside its predictions file when the run is given as the file), or None when a run
+    has none."""
+    files = [(r if r.is_dir() else r.parent) / METRICS for r in runs]
+    if not all(f.is_file() for f in files):
         return None
     try:
         return [json.loads(f.read_text()) for f in files]
@@ -55,7 +58,7 @@ def main(argv: list[str]) -> int:
             raise DataError(f"no predictions file at {', '.join(missing)}")
         merged = merge_seed_runs([pd.read_parquet(f) for f in files], args.head)
         blobs = _metrics(args.runs)
-        metrics = merge_seed_metrics(blobs) if blobs is not None else None
+        metrics = merge_seed_metrics(blobs, args.head) if blobs is not None else None
     except LengthpredError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -67,7 +70,7 @@ def main(argv: list[str]) -> int:
     if metrics is None:
         print(f"no {METRICS} written (a run without one): score it with 'eval.paired.heads=[]'")
     else:
-        atomic_write_text(metrics_file, json.dumps(metrics, indent=2))
+        atomic_write_text(metrics_file, json.dumps(metrics, indent=2) + "\n")
         print(f"{metrics_file}: {metrics['n_seeds']} seeds")
     return 0
 

@@ -162,7 +162,9 @@ def test_the_merge_script_writes_one_file_and_never_overwrites(y, tmp_path, caps
 def _fit_record(seed: int, rho: float, val: float, n_parameters: int) -> dict:
     return {"spearman": rho, "kendall": rho / 2, "mae": 80.0 + seed, "mae_mean": 81.0, "head": "lora",
             "n_train": 10, "n_val": 5, "n_test": 5, "n_parameters": n_parameters, "params": {"random_state": seed},
-            "selected": {"lr": 1e-4 * (seed + 1)}, "val_spearman": val, "fit_seconds": 60.0}
+            "selected": {"lr": 1e-4 * (seed + 1)}, "val_spearman": val, "fit_seconds": 60.0, "model": "m", "data": "d",
+            "search": {"protocol": "random", "budget": 2, "seed": seed, "space": {"lr": [1e-4, 3e-4]}, "subsample": None},
+            "candidates": [{"random_state": seed, "params": {"lr": lr}, "val_spearman": val} for lr in (1e-4, 3e-4)]}
 
 
 def test_merged_seed_metrics_read_like_one_run_over_every_seed():
@@ -175,10 +177,19 @@ def test_merged_seed_metrics_read_like_one_run_over_every_seed():
     assert m["spearman"] == 0.74 and m["spearman_seed_mean"] == pytest.approx(0.74)  # the first seed's head is kept
     assert m["n_parameters"] is None and m["fit_seconds_seeds"] == 180.0  # the seeds' sizes differ: no one count
     assert merge_seed_metrics(runs[:2])["n_parameters"] == 100
+    assert [c["random_state"] for c in m["candidates"]] == [0, 0, 1, 1, 2, 2]  # every seed's search, not the first's
     # eval.paired.heads=[auto] scores it on its seeds' mean validation Spearman (0.733), not the first seed's 0.78
     assert best_on_validation({"lora": m, "probe": {"val_spearman": 0.75}}) == "probe"
     with pytest.raises(DataError, match="run 2: .* n_train"):
         merge_seed_metrics([runs[0], runs[1] | {"n_train": 11}])
+    with pytest.raises(DataError, match="run 2: .* data, search.budget"):
+        merge_seed_metrics([runs[0], runs[1] | {"data": "other", "search": runs[1]["search"] | {"budget": 3}}])
+    with pytest.raises(DataError, match="seed 0 appears in more than one run"):
+        merge_seed_metrics([runs[0], runs[0]])
+    with pytest.raises(DataError, match="not 'probe'"):
+        merge_seed_metrics(runs, head="probe")
+    with pytest.raises(DataError, match="run 2: .* not a JSON object"):
+        merge_seed_metrics([runs[0], None])
 
 
 def test_the_merge_script_writes_the_metrics_when_every_run_has_them(y, tmp_path, capsys):
@@ -196,6 +207,10 @@ def test_the_merge_script_writes_the_metrics_when_every_run_has_them(y, tmp_path
     (tmp_path / "s1" / "metrics.json").write_text(json.dumps(_fit_record(1, 0.7, 0.7, 100) | {"head": "probe"}))
     assert cli.main(["--head", "lora", "--out", str(tmp_path / "bad"), *runs]) == 2
     assert "head" in capsys.readouterr().err and not (tmp_path / "bad").exists()  # nothing written
+    (tmp_path / "s1" / "metrics.json").write_text(json.dumps(_fit_record(1, 0.7, 0.7, 100)))
+    files = [str(tmp_path / f"s{k}" / "predictions.parquet") for k in range(2)]  # runs given as their files
+    assert cli.main(["--head", "lora", "--out", str(tmp_path / "f"), *files]) == 0
+    assert json.loads((tmp_path / "f" / "metrics.json").read_text())["n_seeds"] == 2
     (tmp_path / "s1" / "metrics.json").unlink()
     assert cli.main(["--head", "lora", "--out", str(tmp_path / "n"), *runs]) == 0
     assert not (tmp_path / "n" / "metrics.json").exists() and "eval.paired.heads=[]" in capsys.readouterr().out

@@ -170,7 +170,9 @@ def merge_seed_runs(frames: Sequence[pd.DataFrame], head: str) -> pd.DataFrame:
 
 
 _SCORES = ("spearman", "kendall", "mae", "mae_mean")  # a one-seed metrics.json's test scores (lengthpred.metrics.score)
-_SAME = ("head", "n_train", "n_val", "n_test")  # what every merged run must share
+# what every merged run must share: the head, what it read and was scored on, and its search (each seed's own seed aside)
+_SAME = ("head", "model", "data", "experiment", "layer", "pooling", "feature", "n_train", "n_val", "n_test")
+_SAME_SEARCH = ("protocol", "budget", "space", "subsample")
 
 
 def _seed_entries(blob: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -182,21 +184,40 @@ def _seed_entries(blob: Mapping[str, Any]) -> list[dict[str, Any]]:
              "fit_seconds": blob.get("fit_seconds")}]
 
 
-def merge_seed_metrics(blobs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The metrics.json one run over every seed would have written, from the runs `merge_seed_runs` joins (same
-    order): the first run's record (its head is the one kept), every run's seeds under `seeds` with their mean ± sd,
-    and `n_parameters` only when every seed chose a head of the same size (else None: no single count describes
-    them). `eval.paired.heads=[auto]` reads it like any train run's."""
+def _differences(blob: Mapping[str, Any], first: Mapping[str, Any]) -> list[str]:
+    out = [key for key in _SAME if blob.get(key) != first.get(key)]
+    a, b = blob.get("search") or {}, first.get("search") or {}
+    return out + [f"search.{key}" for key in _SAME_SEARCH if a.get(key) != b.get(key)]
+
+
+def merge_seed_metrics(blobs: Sequence[Mapping[str, Any]], head: str | None = None) -> dict[str, Any]:
+    """The metrics.json of the runs `merge_seed_runs` joins (same order), shaped as one run over every seed writes
+    it: the first run's record (its head is the one kept: its `selected`, `params`, `val_spearman`), every run's
+    seeds under `seeds` with their mean ± sd, every run's search candidates (each tagged with its seed), and
+    `n_parameters` only when every run's head has the same size (else None, where one run over every seed would
+    write the first seed's: no single count describes seeds that chose different settings). Runs that differ in
+    head, model, data, feature, split sizes or search budget, or repeat a seed, are refused.
+    `eval.paired.heads=[auto]` reads it like any train run's."""
     if not blobs:
         raise DataError("no runs to merge")
+    for k, b in enumerate(blobs, 1):
+        if not isinstance(b, Mapping):
+            raise DataError(f"run {k}: its metrics.json is not a JSON object")
     first = blobs[0]
+    if head is not None and first.get("head") != head:
+        raise DataError(f"run 1: its metrics.json is of head {first.get('head')!r}, not {head!r}")
     for k, b in enumerate(blobs[1:], 2):
-        differ = [key for key in _SAME if b.get(key) != first.get(key)]
+        differ = _differences(b, first)
         if differ:
             raise DataError(f"run {k}: its metrics.json differs from the first run's in {', '.join(differ)}")
     per_seed = [s for b in blobs for s in _seed_entries(b)]
-    out = {k: v for k, v in first.items() if k not in ("seeds", "n_seeds", "fit_seconds_seeds")}
-    out |= {"n_seeds": len(per_seed), "seeds": per_seed, "merged_runs": len(blobs)}
+    states = [s.get("random_state") for s in per_seed]
+    repeated = sorted({str(r) for r in states if states.count(r) > 1})
+    if repeated:
+        raise DataError(f"seed {', '.join(repeated)} appears in more than one run (the same run given twice?)")
+    out = {k: v for k, v in first.items() if k not in ("seeds", "n_seeds", "fit_seconds_seeds", "per_domain")}
+    out |= {"n_seeds": len(per_seed), "seeds": per_seed, "merged_runs": len(blobs),
+            "candidates": [c for b in blobs for c in b.get("candidates") or []]}
     for m in SEED_METRICS:
         sp = spread([s.get(m) for s in per_seed])
         out[seed_metric_name(m, "mean")] = sp.mean if math.isfinite(sp.mean) else None
