@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lengthpred.errors import DataError
+from lengthpred.errors import ConfigError, DataError
 from lengthpred.eval.error_breakdown import all_wrong, bins, breakdown, domain_mix, noise_table
 from lengthpred.eval.learning_curve import (
     CurvePoint,
@@ -124,6 +124,13 @@ def test_the_stage_end_to_end_on_the_tiny_model(trace_run):  # noqa: F811
     out = run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
     reach = out["reach"].set_index("head")
     assert reach.loc["other", "seeds"] == 2 and "other Spearman" in open(f"{cfg.paths.output_dir}/gap.md").read()
+    cfg.gap.extra_predictions = {"linear": f"{cfg.paths.output_dir}/extra.parquet"}
+    with pytest.raises(ConfigError, match="linear is also in gap.heads"):
+        run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
+    cfg.gap.extra_predictions = {"other": f"{cfg.paths.output_dir}/no_such.parquet"}
+    with pytest.raises(DataError, match="no predictions file at .*no_such.parquet"):
+        run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
+    cfg.gap.extra_predictions = {}
     cfg.gap.fractions = [0.01, 1.0]
     cfg.gap.min_train = 5
     with pytest.raises(DataError, match="fraction 0.01"):
@@ -137,9 +144,10 @@ def test_the_learning_curve_figure_draws_a_head_fitted_on_the_full_train_set_onl
     monkeypatch.setattr(plots.plt, "close", figs.append)  # keep the figure to read it back
     points = pd.DataFrame({"head": ["a"] * 4, "n_train": [10, 10, 20, 20], "test_spearman": [0.5, 0.6, 0.7, 0.72]})
     plots.learning_curve_figure(points, {"a": (0.8, 1.0, 0.5)}, 0.9, 0.9, tmp_path / "c.png",
-                                others={"lora": [0.70, 0.74]})
+                                others={"lora": [0.80, 0.84, float("nan")], "none": [float("nan")]}, others_at=25)
     ax = figs[0].axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "lora (full train set only, mean over seeds)" in labels
-    drawn = np.vstack([c.get_offsets() for c in ax.collections])
-    assert [20.0, 0.72] in drawn.round(2).tolist() and [20.0, 0.74] in drawn.round(2).tolist()
+    assert "lora (full train set only, mean over seeds)" in labels and not any(x.startswith("none") for x in labels)
+    diamonds = [c for c in ax.collections if (c.get_offsets()[:, 0] == 25).all()]
+    assert sorted(np.vstack([c.get_offsets() for c in diamonds])[:, 1].round(2).tolist()) == [0.8, 0.82, 0.84]
+    assert {tuple(c.get_facecolor()[0]) for c in diamonds} != {tuple(ax.collections[0].get_facecolor()[0])}

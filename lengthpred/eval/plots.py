@@ -257,11 +257,11 @@ def head_scores(heads: pd.DataFrame, path: str | Path, title: str = "") -> Path 
 
 def learning_curve_figure(points: pd.DataFrame, trends: dict[str, tuple[float, float, float]], ceiling: float,
                           share: float, path: str | Path, title: str = "",
-                          others: dict[str, list[float]] | None = None) -> Path:
+                          others: dict[str, list[float]] | None = None, others_at: float | None = None) -> Path:
     """Test Spearman against train prompts (log axis): each resample's point, the mean per size, the fitted
     a − b·n^(−c) of each head (`trends`: head → (a, b, c)) drawn out to 8× the largest train set, the noise ceiling
     and `share` of it. `others`: heads fitted on the full train set only (head → test Spearman per seed), drawn at
-    the largest train set as each seed's point and their mean."""
+    `others_at` (default: the largest train set of `points`) as each seed's point and their mean."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     n_max = float(points["n_train"].max())
     grid = np.geomspace(float(points["n_train"].min()), 8 * n_max, 200)
@@ -273,9 +273,13 @@ def learning_curve_figure(points: pd.DataFrame, trends: dict[str, tuple[float, f
         a, b, c = trends.get(head, (math.nan, math.nan, math.nan))
         if all(map(math.isfinite, (a, b, c))):
             ax.plot(grid, a - b * grid ** (-c), "--", color=color, lw=1, label=f"{head}: fitted a − b·n^(−c)")
+    at = n_max if others_at is None else float(others_at)
     for j, (head, rhos) in enumerate((others or {}).items(), start=points["head"].nunique()):
-        ax.scatter([n_max] * len(rhos), rhos, s=12, color=f"C{j}", alpha=0.5, marker="D")
-        ax.scatter([n_max], [float(np.mean(rhos))], s=40, color=f"C{j}", marker="D",
+        finite = [r for r in rhos if math.isfinite(r)]
+        if not finite:
+            continue
+        ax.scatter([at] * len(finite), finite, s=12, color=f"C{j}", alpha=0.5, marker="D")
+        ax.scatter([at], [float(np.mean(finite))], s=40, color=f"C{j}", marker="D",
                    label=f"{head} (full train set only, mean over seeds)")
     ax.axhline(ceiling, color="k", lw=1, label="noise ceiling (test)")
     ax.axhline(share * ceiling, color="k", lw=1, ls=":", label=f"{share:.2f} of the ceiling")

@@ -119,6 +119,14 @@ def run_gap(cfg: DictConfig, out_dir: str | Path, log: Any = print) -> dict[str,
     first = loaded[heads[0]][1]
     min_train = int(g.get("min_train", MIN_TRAIN))
     check_fractions(list(g.fractions), len(first["train"]), min_train)  # before any fit
+    extra = {str(k): str(v) for k, v in (OmegaConf.to_container(g.extra_predictions) or {}).items()}
+    clash = sorted(set(extra) & set(heads))
+    if clash:
+        raise ConfigError(f"gap.extra_predictions: {', '.join(clash)} is also in gap.heads; label the train run's "
+                          "predictions another way (e.g. +gap.extra_predictions.<head>_run=...)")
+    gone = [v for v in extra.values() if not Path(v).is_file()]
+    if gone:
+        raise DataError(f"gap.extra_predictions: no predictions file at {', '.join(gone)}")
     test = first["test"]
     if test.sample_lengths is None:
         raise DataError("gap: the targets carry no per-sample lengths: the noise ceiling needs them")
@@ -143,7 +151,6 @@ def run_gap(cfg: DictConfig, out_dir: str | Path, log: Any = print) -> dict[str,
         raise DataError("gap: the feature store has no n_prompt_tokens column for the prompt-length breakdown")
     per_seed = {h: [p.y_pred for p in sorted(points, key=lambda p: p.resample) if p.head == h and p.n_train == full]
                 for h in heads}
-    extra = {str(k): str(v) for k, v in (OmegaConf.to_container(g.extra_predictions) or {}).items()}
     for h, path in extra.items():
         per_seed[h] = extra_predictions(path, list(test.inputs.ids))
     for h, preds in per_seed.items():
@@ -162,7 +169,7 @@ def run_gap(cfg: DictConfig, out_dir: str | Path, log: Any = print) -> dict[str,
     others = {h: [float(spearman_rows(test.y[None, :], p[None, :])[0]) for p in per_seed[h]] for h in extra}
     learning_curve_figure(pf, {h: (t.a, t.b, t.c) for h, t in trends.items()}, ceiling, float(g.share),
                           out / "learning_curve.png", title=f"{cfg.model.name} on {cfg.data.name}: learning curves",
-                          others=others)
+                          others=others, others_at=len(first["train"]))
     (out / "gap.md").write_text(render(cfg, pf, trends, bd, noise, mix, every, reach) + "\n", encoding="utf-8")
     return {"points": pf, "trend": tf, "breakdown": bd, "noise": noise, "reach": reach}
 
