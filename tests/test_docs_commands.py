@@ -42,15 +42,16 @@ _PLACEHOLDER = re.compile(r"<[^>]*>|(?<==)\.\.\.")  # <train_run>, model.path=..
 
 
 def docstring_commands() -> list[tuple[str, str]]:
-    """(script, command) for every usage line in a stage script's docstring (what `--help` and a reader copy), its
-    placeholders filled with a plain value and a leading `...` (the lines above it) dropped."""
+    """(script, command) for every usage line in a stage script's docstring (what `--help` and a reader copy): an
+    indented line that runs the script itself, with or without a launcher or an environment before it, its
+    placeholders filled with a plain value and a `...` standing for the lines above it dropped."""
     out = []
     for path in sorted((REPO_ROOT / "scripts").glob("*.py")):
         if not _hydra_script(path):
             continue
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
         for line in re.sub(r"\\\n\s*", " ", doc).splitlines():
-            if re.match(r"\s+(\.venv/bin/)?python scripts/", line):
+            if re.match(r"\s+\S.*\bscripts/\w+\.py\b", line) and f"scripts/{path.name}" in line:
                 cmd = _PLACEHOLDER.sub("x", re.split(r"\s+#", line, maxsplit=1)[0].strip())
                 out.append((path.name, cmd.replace(" ... ", " ")))
     return out
@@ -81,6 +82,8 @@ def check(cmd: str) -> None:
         return
     while parts and "=" in parts[0] and not parts[0].startswith("-"):  # VAR=value python ...
         parts = parts[1:]
+    if parts[:2] == ["nice", "-n"]:  # nice -n 10 python ...: the command it runs
+        parts = parts[3:]
     if parts and parts[0] in LAUNCHERS:  # torchrun --nproc-per-node 4 scripts/x.py ...: the script and its overrides
         script_at = next((i for i, p in enumerate(parts) if p.endswith(".py")), None)
         parts = ["python", *parts[script_at:]] if script_at is not None else []
@@ -114,7 +117,10 @@ def test_a_command_in_a_script_docstring_parses(script, cmd):
 
 def test_the_pages_show_commands_and_a_wrong_one_fails():
     assert len(commands()) > 20
-    assert len(docstring_commands()) > 50
+    shown = {script for script, _ in docstring_commands()}
+    stages = {p.name for p in (REPO_ROOT / "scripts").glob("*.py") if _hydra_script(p)
+              and re.search(rf"\bscripts/{re.escape(p.name)}\b", p.read_text(encoding="utf-8"))}
+    assert stages and shown == stages  # every stage script whose docstring shows its own command is tested
     with pytest.raises(Exception, match="head"):
         check("python scripts/train.py head=no_such_head")
     with pytest.raises(subprocess.CalledProcessError):
