@@ -13,6 +13,10 @@ REACH, CURVE, TREND = (f"t1-in-domain/bench_gap-{k}.csv" for k in (1, 2, 3))
 _DATA = "docs/results/data/"
 
 
+def _and(names: list[str]) -> str:
+    return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def _reach_phrase(r) -> str:
     return f"{r['head']} {r['share of the ceiling [95% CI]']} of the ceiling ({r['0.90 of the ceiling']})"
 
@@ -28,7 +32,7 @@ def gap_ceiling(res: Results) -> str:
 def gap_summary(res: Results) -> str:
     """Does any head reach the share of the ceiling, and what the learning curves say it would take."""
     reach = res.csv(_DATA + REACH, ["head", "share of the ceiling [95% CI]", "0.90 of the ceiling"])
-    curve = res.csv(_DATA + CURVE, ["head", "train prompts"])
+    curve = res.csv(_DATA + CURVE, ["head", "train prompts", "fraction"])
     trend = res.csv(_DATA + TREND, ["head", "noise ceiling (test)", "target", "asymptote a [95% CI]",
                                      "gain over the last doubling [95% CI]",
                                      "train prompts to reach the target [95% CI]", "replicates that reach it"])
@@ -37,8 +41,9 @@ def gap_summary(res: Results) -> str:
     out = [("A head reaches" if reached else "No head reaches") + " 0.90 of the test noise ceiling "
            f"({trend['noise ceiling (test)'].iloc[0]}, target Spearman {trend['target'].iloc[0]}) at the full "
            f"{full:,} train prompts: " + "; ".join(_reach_phrase(r) for _, r in reach.iterrows()) + ". "
-           f"The learning curves of {' and '.join(trend['head'])} (each refitted with its own search on 1/8 to all "
-           "of the train prompts, 3 draws each), fitted as a − b·n^(−c), say what more data would do: "]
+           f"The learning curves of {_and(list(trend['head']))} (each refitted with its own search on "
+           f"fractions {min(float(f) for f in curve['fraction']):g} to 1 of the train prompts, 3 draws each), fitted as "
+           "a − b·n^(−c), say what more data would do: "]
     parts = []
     for _, t in trend.iterrows():
         parts.append(f"{t['head']}: {t['gain over the last doubling [95% CI]']} over the last doubling, asymptote "
