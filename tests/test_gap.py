@@ -124,12 +124,16 @@ def test_the_stage_end_to_end_on_the_tiny_model(trace_run):  # noqa: F811
     out = run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
     reach = out["reach"].set_index("head")
     assert reach.loc["other", "seeds"] == 2 and "other Spearman" in open(f"{cfg.paths.output_dir}/gap.md").read()
-    cfg.gap.extra_predictions = {"linear": f"{cfg.paths.output_dir}/extra.parquet"}
-    with pytest.raises(ConfigError, match="linear is also in gap.heads"):
-        run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
-    cfg.gap.extra_predictions = {"other": f"{cfg.paths.output_dir}/no_such.parquet"}
-    with pytest.raises(DataError, match="no predictions file at .*no_such.parquet"):
-        run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
+    import lengthpred.stages.gap as gap_stage
+
+    with pytest.MonkeyPatch.context() as mp:  # refused before any feature is read (or extracted)
+        mp.setattr(gap_stage, "_sets", lambda *a: pytest.fail("features read before the check"))
+        cfg.gap.extra_predictions = {"linear": f"{cfg.paths.output_dir}/extra.parquet"}
+        with pytest.raises(ConfigError, match="linear is also in gap.heads"):
+            run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
+        cfg.gap.extra_predictions = {"other": f"{cfg.paths.output_dir}/no_such.parquet"}
+        with pytest.raises(DataError, match="no predictions file at .*no_such.parquet"):
+            run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
     cfg.gap.extra_predictions = {}
     cfg.gap.fractions = [0.01, 1.0]
     cfg.gap.min_train = 5

@@ -115,10 +115,6 @@ def run_gap(cfg: DictConfig, out_dir: str | Path, log: Any = print) -> dict[str,
     heads = [str(h) for h in g.heads]
     if not heads:
         raise ConfigError("gap.heads is empty: name the heads whose learning curves to fit, e.g. [linear, probe]")
-    loaded = {h: _sets(cfg, h) for h in heads}
-    first = loaded[heads[0]][1]
-    min_train = int(g.get("min_train", MIN_TRAIN))
-    check_fractions(list(g.fractions), len(first["train"]), min_train)  # before any fit
     extra = {str(k): str(v) for k, v in (OmegaConf.to_container(g.extra_predictions) or {}).items()}
     clash = sorted(set(extra) & set(heads))
     if clash:
@@ -127,6 +123,10 @@ def run_gap(cfg: DictConfig, out_dir: str | Path, log: Any = print) -> dict[str,
     gone = [v for v in extra.values() if not Path(v).is_file()]
     if gone:
         raise DataError(f"gap.extra_predictions: no predictions file at {', '.join(gone)}")
+    loaded = {h: _sets(cfg, h) for h in heads}
+    first = loaded[heads[0]][1]
+    min_train = int(g.get("min_train", MIN_TRAIN))
+    check_fractions(list(g.fractions), len(first["train"]), min_train)  # before any fit
     test = first["test"]
     if test.sample_lengths is None:
         raise DataError("gap: the targets carry no per-sample lengths: the noise ceiling needs them")
