@@ -110,3 +110,46 @@ def test_the_lora_verdict_waits_for_every_seed_and_reads_the_paired_interval():
                                                                                      '"-3.0 [-5.0, -1.0]"')
     verdict = lora_vs_probe_verdict(Results(REPO_ROOT, "x", overlay={T1_LORA: every, PAIRS: better}))
     assert "lora ranks better than and errs less than the probe" in verdict
+
+
+def test_t7s_median_against_mean_is_counted_per_head_and_fit_from_the_rows():
+    from docsgen.pages.castillo_median import T7, castillo_median_verdict, median_vs_mean
+
+    head = ("Model,Predictor,Spearman ↑,Kendall τ ↑,MAE of the median (tokens) ↓,MAE of the mean ↓,"
+            "Ceiling (mean of 10) ↑,Share of ceiling ↑,Over seeds (Spearman),n test\n")
+    rows = ('a,linear,0.8,0.6,"100.0 [90.0, 110.0]","120.0 [100.0, 130.0]",0.99,81%,—,10\n'
+            'b,linear,0.8,0.6,"80.0 [70.0, 90.0]","90.0 [80.0, 100.0]",0.99,81%,—,10\n'
+            'a,linear (all-models fit),0.8,0.6,"100.0 [90.0, 110.0]","95.0 [80.0, 100.0]",0.99,81%,—,10\n'
+            'b,linear (all-models fit),0.8,0.6,"100.0 [90.0, 110.0]","105.0 [80.0, 100.0]",0.99,81%,—,10\n'
+            "a,egtp,0.8,0.6,100.0,,0.99,81%,—,10\n")
+    res = Results(REPO_ROOT, "x", overlay={T7: head + rows})
+    df = median_vs_mean(res).set_index(["head", "fit"])
+    own = df.loc[("linear", "own fit")]
+    assert (own.models, own.mae_median, own.mae_mean, own.lo, own.hi, own.lower) == (2, 90.0, 105.0, -20.0, -10.0, 2)
+    assert df.loc[("linear", "all-models fit")].lower == 1
+    assert "egtp" not in df.index.get_level_values("head")  # a head without a mean is not compared
+    verdict = castillo_median_verdict(res)
+    assert verdict == ("Of the 2 fits scored on two or more models, the median's MAE is the lower on every model for "
+                       "1 (linear (own fit)); on most models for 0; on half of them or fewer for 1 (linear (all-models "
+                       "fit)).")
+    with pytest.raises(DocsInputError, match="no predictor has both"):
+        median_vs_mean(Results(REPO_ROOT, "x", overlay={T7: head + rows.splitlines(True)[-1]}))
+
+
+def test_t7s_split_paragraph_reads_the_runs_record_and_names_a_missing_block():
+    import json
+
+    from docsgen.pages.castillo_split import SUMMARY, castillo_split
+
+    rec = {"split_sizes": {"train": 525, "val": 214, "test": 311},
+           "near_duplicates": {"rule": {"ngram": 5, "threshold": 0.5}, "groups_over_one": 19, "prompts_in_them": 45,
+                               "test_with_twin_at_0.5": 0, "test_with_twin_at_0.94": 0},
+           "truncation": {"max_prompt_tokens": 512, "Apps": {"prompts": 150, "truncated": 100},
+                          "Dolly": {"prompts": 150, "truncated": 57}}}
+    text = castillo_split(Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps(rec)}))
+    assert "525 train, 214 validation and 311 test prompts" in text
+    assert "word 5-grams reach Jaccard 0.5" in text and "19 groups of two or more, 45 prompts" in text
+    assert "at Jaccard ≥ 0.5: 0; at Jaccard ≥ 0.94: 0" in text and "157 prompts longer than 512 tokens" in text
+    del rec["near_duplicates"]
+    with pytest.raises(DocsInputError, match="no 'near_duplicates'"):
+        castillo_split(Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps(rec)}))

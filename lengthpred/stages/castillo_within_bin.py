@@ -18,9 +18,10 @@ from lengthpred.stages.castillo import feature_columns, head_specs, load_union, 
 
 def within_bin_markdown(rows: pd.DataFrame) -> str:
     """Per head and part: the mean over fit targets, and how many targets the training shape scores lower."""
-    lines = ["| head | part | fits | binning | MAE of the mean | median, uniform in its bin | median, training "
-             "lengths' shape | fits where the training shape is lower | prompts whose uniform median is in the "
-             "last bin | their share of what the uniform reading adds |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| head | part | fits | binning | MAE of the mean (tokens, mean over fits) | MAE of the median read "
+             "uniformly in its bin (tokens, mean over fits) | MAE of the median read on the bin's training lengths "
+             "(tokens, mean over fits) | fits where the training shape is lower | prompts whose uniform median is in "
+             "the last bin (pooled over fits) | their share of what the uniform reading adds (pooled over fits) |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for (head, part), g in rows.groupby(["head", "part"], sort=False):
         for binning, b in [("all", g), *g.groupby("binning")]:
             lower = int((b.mae_median_training < b.mae_median_uniform).sum())
@@ -35,7 +36,8 @@ def within_bin_markdown(rows: pd.DataFrame) -> str:
 def per_fit_markdown(rows: pd.DataFrame) -> str:
     wide = rows.pivot_table(index=["head", "fit", "binning"], columns="part",
                             values=["mae_mean", "mae_median_uniform", "mae_median_training"], sort=False)
-    lines = ["| head | fit | binning | val: mean / median uniform / median training | test: the same |",
+    lines = ["| head | fit | binning | validation MAE (tokens): mean / median uniform / median training | "
+             "test MAE (tokens): the same |",
              "|---|---|---|---|---|"]
     for (head, fit, binning), r in wide.iterrows():
         cells = [" / ".join(f"{r[(c, part)]:.1f}" for c in ("mae_mean", "mae_median_uniform", "mae_median_training"))

@@ -1,0 +1,38 @@
+"""T7's shared split as the CASTILLO run recorded it (t7-castillo/castillo_summary.json: the run's summary.json,
+copied as written; its `split_sizes`, `near_duplicates` and `truncation` blocks), rendered as one paragraph."""
+
+from __future__ import annotations
+
+from docsgen.registry import helper
+from docsgen.results import Results
+from docsgen.studies import DATA
+
+SUMMARY = f"{DATA}/t7-castillo/castillo_summary.json"
+
+
+@helper
+def castillo_split(res: Results) -> str:
+    """How many prompts each part holds, the near-duplicate rule the split grouped by, how many groups it
+    formed, and how many test prompts still have a train or validation twin at the rule's threshold and at
+    Jaccard 0.94; how many prompts were truncated for the prefill."""
+    s = res.json(SUMMARY)
+    try:
+        sizes, near, trunc = s["split_sizes"], s["near_duplicates"], s["truncation"]
+        parts = f"{sizes['train']:,} train, {sizes['val']:,} validation and {sizes['test']:,} test prompts"
+        limit = trunc["max_prompt_tokens"]
+        cut = sum(v["truncated"] for k, v in trunc.items() if isinstance(v, dict))
+        rule = near["rule"]
+    except (KeyError, TypeError) as e:
+        res.fail(SUMMARY, f"no {e} where the split's record should have it")
+    if rule is None:
+        grouping = "Near-duplicates were not grouped (`data.near_duplicates: null`)"
+    else:
+        grouping = (f"Near-duplicates are grouped before the split, so a group stays in one part: two prompts are "
+                    f"near-duplicates when their sets of word {rule['ngram']}-grams reach Jaccard "
+                    f"{rule['threshold']:g}, and a group is a connected component of that relation "
+                    f"({near['groups_over_one']} groups of two or more, {near['prompts_in_them']} prompts)")
+    twins = "; ".join(f"at Jaccard ≥ {k.rsplit('_', 1)[1]}: {v}" for k, v in near.items()
+                      if k.startswith("test_with_twin_at_"))
+    return (f"The shared split holds {parts}, stratified by dataset. {grouping}. Test prompts with a train or "
+            f"validation twin, {twins}. {cut} prompts longer than {limit} tokens are cut to {limit} for the prefill "
+            "(`lengthpred.prompting.truncate` keeps their start and their end).")
