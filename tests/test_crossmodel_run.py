@@ -20,7 +20,7 @@ def castillo_cfg(tmp_path, *extra: str):
         "experiment=castillo", "model=tiny", f"data.root={root}", f"data.models=[{','.join(MODELS)}]",
         "data.datasets=[Alpaca,Apps,Mbpp]", "data.per_dataset=null", f"paths.data_dir={tmp_path / 'data'}",
         "features.layers=[2]", f"crossmodel.heads={HEADS}", "crossmodel.proxy_heads=[]",
-        "crossmodel.transfer_heads=[linear,egtp]", "crossmodel.n_boot=50", "crossmodel.min_train=5",
+        "crossmodel.transfer_heads=[linear,egtp]", "crossmodel.pairs=[[egtp,linear]]", "crossmodel.n_boot=50", "crossmodel.min_train=5",
         "crossmodel.min_test=3", f"crossmodel.docs_dir={tmp_path / 'docs'}",
         "+crossmodel.head_overrides.linear.layer=2", "+crossmodel.head_overrides.egtp.layer=2",
         "+crossmodel.head_overrides.egtp.params.epochs=2", "+crossmodel.head_overrides.egtp.select={}",
@@ -100,6 +100,33 @@ def test_results_tables_and_transfer_matrix(run):
     assert s["union"]["missing_by_design"] == [f"Apps/{L1B}"]
 
 
+def test_two_heads_compared_paired_on_every_shared_fit_and_scored_model(run):
+    """egtp (3 seeds) against linear (1): own fits on their own model, the all-models fit on every model; each
+    head's value is what T7 scores for it on the same prompts (the seed mean where it has seeds)."""
+    _, cfg, _ = run
+    out = cfg.paths.output_dir
+    pairs = pd.read_csv(f"{out}/pairs.csv")
+    res = pd.read_csv(f"{out}/results.csv", keep_default_na=False)
+    assert set(zip(pairs["fit"], pairs["model"], strict=True)) == {*((m, m) for m in MODELS),
+                                                                     *(("all-models", m) for m in MODELS)}
+    assert set(pairs["metric"]) == {"spearman", "mae"} and (pairs["n_seeds"] == 3).all()
+    assert (pairs["reference_n_seeds"] == 1).all()
+
+    def t7(head: str, fit: str, model: str, metric: str) -> float:
+        r = res[(res["head"] == head) & (res["fit"] == fit) & (res["model"] == model) & (res["dataset"] == "pooled")
+                & (res["metric"] == metric)]
+        return float(r["value"].item())
+
+    for r in pairs.itertuples():
+        seed_metric = "spearman_seed_mean" if r.metric == "spearman" else "mae_seed_mean"
+        assert r.seed_mean == pytest.approx(t7("egtp", r.fit, r.model, seed_metric), rel=1e-8)  # results.csv: 10 digits
+        assert r.reference_mean == pytest.approx(t7("linear", r.fit, r.model, r.metric), rel=1e-8)
+        assert r.diff == pytest.approx(r.seed_mean - r.reference_mean, abs=1e-9)
+        assert r.ci_low <= r.diff <= r.ci_high and 0 <= r.p_value <= 1
+    md = open(f"{out}/tables/T7_pairs.md").read()
+    assert "| egtp | linear | all-models fit | gemma-3-4b-it | spearman (y_pred) | 3 |" in md
+
+
 def test_a_rerun_reads_every_fit_from_the_cache_and_refits_only_what_changed(run, tiny_model, tokenizer):
     from lengthpred.stages.castillo import run_castillo
 
@@ -157,6 +184,7 @@ def test_model_missing_from_test_is_reported_not_dropped(tmp_path, tiny_model, t
 
     # gemma has lengths for only two Alpaca prompts (they land in one split at most): no test prompts
     cfg = castillo_cfg(tmp_path, "crossmodel.heads=[constant]", "crossmodel.within_heads=[]", "crossmodel.transfer_heads=[]",
+                       "crossmodel.pairs=[]",
                        "crossmodel.primary_head=constant", "crossmodel.min_train=2")
     root = tmp_path / "validate"
     for ds in ("Apps", "Mbpp"):
@@ -184,6 +212,12 @@ def test_refusals_before_any_work(tmp_path, tiny_model, tokenizer):
     cfg = castillo_cfg(tmp_path, "crossmodel.primary_head=probe")
     with pytest.raises(ConfigError, match="primary_head='probe' is not among the heads"):
         run_castillo(cfg, cfg.paths.output_dir, model=tiny_model, tokenizer=tokenizer)
+    for pairs, said in (("[[egtp,probe]]", r"\['probe'\] not among the configured heads"),
+                        ("[[egtp]]", "is not a pair of two different heads"),
+                        ("[[linear,linear]]", "is not a pair of two different heads")):
+        cfg = castillo_cfg(tmp_path, f"crossmodel.pairs={pairs}")
+        with pytest.raises(ConfigError, match=said):
+            run_castillo(cfg, cfg.paths.output_dir, model=tiny_model, tokenizer=tokenizer)
     cfg = castillo_cfg(tmp_path, "+crossmodel.head_overrides.linear.pooling=mean")
     with pytest.raises(Exception, match="pooling='mean' is not extracted"):
         run_castillo(cfg, cfg.paths.output_dir, model=tiny_model, tokenizer=tokenizer)

@@ -4,11 +4,11 @@ each step timed (the library parts live in `lengthpred.crossmodel`).
 union (read every CASTILLO file) → sample (`data.per_dataset` prompts per dataset) → split (shared, by
 prompt, stratified by dataset, near-duplicates grouped: `data.near_duplicates`) → token counts (truncation counted) → features (one prefill per prompt,
 only the columns the heads read) → fits (every head per fit target; `crossmodel.within_heads` once more per
-dataset) → ceilings → scores → tables and plots.
+dataset) → ceilings → scores → paired comparisons (`crossmodel.pairs`) → tables and plots.
 
 Writes into `out_dir`: `union/` (prompts.jsonl, lengths.npz), `split.json`, `coverage.csv`, `fits.csv`,
 `predictions.parquet` (each fit also kept in `crossmodel.fit_cache` on its content key, so a rerun or a
-resumed crash fits only what changed), `results.csv`, `ceilings_test.csv`, `ceilings_all.csv`, `transfer_<head>.csv`,
+resumed crash fits only what changed), `results.csv`, `pairs.csv`, `ceilings_test.csv`, `ceilings_all.csv`, `transfer_<head>.csv`,
 `tables/` (T7*.md/.tex/.csv), `plots/`, `summary.json` (sizes, warnings, stage times); with `docs_dir`,
 the figures are copied into its `figures/` too. The tables reach the docs as committed rows:
 `python -m docsgen.convert --ingest <out_dir>/tables --prefix castillo_ --made-by "make castillo"`, then `make docs`.
@@ -34,6 +34,7 @@ from lengthpred.crossmodel.ceilings import POOLED, ceiling_lookup, ceiling_range
 from lengthpred.crossmodel.fit_cache import FitCache
 from lengthpred.crossmodel.fits import HeadSpec, fit_all
 from lengthpred.crossmodel.inputs import PromptInputs, prompt_tokens
+from lengthpred.crossmodel.pairs import compare_pairs, parse_pairs, table_t7_pairs
 from lengthpred.crossmodel.plots import achieved_vs_ceiling, heatmap_transfer
 from lengthpred.crossmodel.scoring import score_all, transfer_matrix, write_results
 from lengthpred.crossmodel.split import (
@@ -139,6 +140,7 @@ def _check_heads(cm: DictConfig, specs: list[HeadSpec]) -> None:
     extra = sorted(set(map(str, cm.transfer_heads)) - names)
     if extra:
         raise ConfigError(f"crossmodel.transfer_heads: {extra} are not among the heads {sorted(names)}")
+    parse_pairs(_plain(cm.get("pairs")), sorted(names))
 
 
 def feature_columns(cfg: DictConfig, specs: Sequence[HeadSpec]) -> list[str]:
@@ -264,8 +266,13 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
         results = score_all(preds, fits, table, split["test"], dataset_of, n_boot=n_boot, seed=seed,
                             min_test=int(cm.min_test))
         write_results(results, out / "results.csv")
+        pairs = compare_pairs(preds, table, split["test"], parse_pairs(_plain(cm.get("pairs")), sorted(set(fits["head"]))),
+                              min_test=int(cm.min_test), n_boot=n_boot, seed=seed)
+        pairs.to_csv(out / "pairs.csv", index=False)
     with timer.stage("tables"):
         written = _report(cfg, union, results, fits, ceil_test, ceil_all, out)
+        if len(pairs):
+            written.append(table_t7_pairs(pairs).write(out / "tables")["md"])
     summary = {
         "models": table.models, "datasets": union.datasets(), "union": union.report,
         "n_prompts_union": len(table.ids), "n_prompts_run": len(chosen),
