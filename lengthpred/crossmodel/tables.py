@@ -119,7 +119,8 @@ def table_t7(results: pd.DataFrame, fits: pd.DataFrame, ceil: Mapping[tuple[str,
              "samples); target: the mean of the 10 sampled lengths. Spearman, Kendall τ-b and MAE with 95% "
              "percentile bootstrap CIs over prompts.",
              "Predictors read SmolLM2-135M's prefill of the prompt (linear, probe, egtp: a cross-model proxy, "
-             "not the serving model's own states) or the prompt text (MiniLM proxies); '(all-models fit)' is "
+             "not the serving model's own states), the prompt text (MiniLM proxies) or SmolLM2-135M itself adapted "
+             "with LoRA on the fit's train prompts (lora); '(all-models fit)' is "
              "trained once on the mean over models and scored on every model.",
              "MAE scores each head's median prediction, as bench T1's does (MAE rewards the median); 'MAE of "
              "the mean' scores its conditional mean (Duan-smeared for log-target heads such as linear), blank for "
@@ -159,7 +160,8 @@ def table_t7_summary(results: pd.DataFrame, fits: pd.DataFrame, ceil: Mapping[tu
         n = ceil.get((m, POOLED), {}).get("n")
         rows.append([short_model(m), n, c, *cells, _share(sp, c)])
     notes = ["Pooled test Spearman (CIs in T7). Heads fitted on every model show each model's own fit; heads "
-             "fitted on fewer (the MiniLM proxies, unless configured otherwise) show their all-models fit.",
+             "fitted on fewer (the MiniLM proxies and lora, unless configured otherwise) show their all-models fit, "
+             "and their own fit on the model they were also fitted on.",
              CEILING_NOTE]
     return Table("T7_summary", "Which models' lengths are predictable, against their ceilings", cols, rows, notes)
 
