@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -124,7 +125,7 @@ def test_two_heads_compared_paired_on_every_shared_fit_and_scored_model(run):
         assert r.diff == pytest.approx(r.seed_mean - r.reference_mean, abs=1e-9)
         assert r.ci_low <= r.diff <= r.ci_high and 0 <= r.p_value <= 1
     md = open(f"{out}/tables/T7_pairs.md").read()
-    assert "| egtp | linear | all-models fit | gemma-3-4b-it | spearman (y_pred) | 3 |" in md
+    assert "| egtp | linear | all-models fit | gemma-3-4b-it | Spearman (y_pred, y_pred) | 3 |" in md
 
 
 def test_a_rerun_reads_every_fit_from_the_cache_and_refits_only_what_changed(run, tiny_model, tokenizer):
@@ -184,7 +185,6 @@ def test_model_missing_from_test_is_reported_not_dropped(tmp_path, tiny_model, t
 
     # gemma has lengths for only two Alpaca prompts (they land in one split at most): no test prompts
     cfg = castillo_cfg(tmp_path, "crossmodel.heads=[constant]", "crossmodel.within_heads=[]", "crossmodel.transfer_heads=[]",
-                       "crossmodel.pairs=[]",
                        "crossmodel.primary_head=constant", "crossmodel.min_train=2")
     root = tmp_path / "validate"
     for ds in ("Apps", "Mbpp"):
@@ -195,6 +195,8 @@ def test_model_missing_from_test_is_reported_not_dropped(tmp_path, tiny_model, t
     assert "gemma-3-4b-it: 2 train but 0 test prompts (< 3): not scored; its rows read 'no test prompts'" in \
         s["coverage_warnings"]
     assert s["union"]["missing"] == [f"Apps/{G4B}", f"Mbpp/{G4B}"]
+    assert s["pairs"] == []  # [egtp, linear] is not fitted in this narrower run: left out, not refused
+    assert not Path(f"{cfg.paths.output_dir}/tables/T7_pairs.md").exists()
     fits = pd.read_csv(f"{cfg.paths.output_dir}/fits.csv").set_index("fit")
     assert fits.loc[G4B, "status"] == "fitted" and fits.loc[G4B, "n_train"] == 2
     t7 = open(f"{cfg.paths.output_dir}/tables/T7.md").read()
@@ -212,10 +214,12 @@ def test_refusals_before_any_work(tmp_path, tiny_model, tokenizer):
     cfg = castillo_cfg(tmp_path, "crossmodel.primary_head=probe")
     with pytest.raises(ConfigError, match="primary_head='probe' is not among the heads"):
         run_castillo(cfg, cfg.paths.output_dir, model=tiny_model, tokenizer=tokenizer)
-    for pairs, said in (("[[egtp,probe]]", r"\['probe'\] not among the configured heads"),
-                        ("[[egtp]]", "is not a pair of two different heads"),
-                        ("[[linear,linear]]", "is not a pair of two different heads")):
-        cfg = castillo_cfg(tmp_path, f"crossmodel.pairs={pairs}")
+    for extra, said in ((["crossmodel.pairs=[[egtp,probes]]"], r"\['probes'\] is not a head"),
+                        (["crossmodel.pairs=[[egtp]]"], "is not a pair of two different heads"),
+                        (["crossmodel.proxy_heads=[proxy_reg]", f"crossmodel.proxy_targets=[{L31}]",
+                          "crossmodel.fit_targets=[all-models]", "crossmodel.pairs=[[proxy_reg,linear]]"],
+                         "proxy_reg and linear share no fit target")):
+        cfg = castillo_cfg(tmp_path, *extra)
         with pytest.raises(ConfigError, match=said):
             run_castillo(cfg, cfg.paths.output_dir, model=tiny_model, tokenizer=tokenizer)
     cfg = castillo_cfg(tmp_path, "+crossmodel.head_overrides.linear.pooling=mean")

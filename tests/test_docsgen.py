@@ -113,7 +113,7 @@ def test_the_lora_verdict_waits_for_every_seed_and_reads_the_paired_interval():
 
 
 def test_t7s_median_against_mean_is_counted_per_head_and_fit_from_the_rows():
-    from docsgen.pages.castillo_median import T7, castillo_median_verdict, median_vs_mean
+    from docsgen.pages.castillo_median import T7, castillo_median_vs_mean, median_vs_mean
 
     head = ("Model,Predictor,Spearman ↑,Kendall τ ↑,MAE of the median (tokens) ↓,MAE of the mean ↓,"
             "Ceiling (mean of 10) ↑,Share of ceiling ↑,Over seeds (Spearman),n test\n")
@@ -128,10 +128,8 @@ def test_t7s_median_against_mean_is_counted_per_head_and_fit_from_the_rows():
     assert (own.models, own.mae_median, own.mae_mean, own.lo, own.hi, own.lower) == (2, 90.0, 105.0, -20.0, -10.0, 2)
     assert df.loc[("linear", "all-models fit")].lower == 1
     assert "egtp" not in df.index.get_level_values("head")  # a head without a mean is not compared
-    verdict = castillo_median_verdict(res)
-    assert verdict == ("Of the 2 fits scored on two or more models, the median's MAE is the lower on every model for "
-                       "1 (linear (own fit)); on most models for 0; on half of them or fewer for 1 (linear (all-models "
-                       "fit)).")
+    assert "| linear | own fit | 2 | 90.0 | 105.0 | −15.0 (−20.0 … −10.0) | −14.3% | 2 of 2 |" in \
+        castillo_median_vs_mean(res)
     with pytest.raises(DocsInputError, match="no predictor has both"):
         median_vs_mean(Results(REPO_ROOT, "x", overlay={T7: head + rows.splitlines(True)[-1]}))
 
@@ -150,6 +148,14 @@ def test_t7s_split_paragraph_reads_the_runs_record_and_names_a_missing_block():
     assert "525 train, 214 validation and 311 test prompts" in text
     assert "word 5-grams reach Jaccard 0.5" in text and "19 groups of two or more, 45 prompts" in text
     assert "at Jaccard ≥ 0.5: 0; at Jaccard ≥ 0.94: 0" in text and "157 prompts longer than 512 tokens" in text
+    rec["truncation"]["max_prompt_tokens"] = None
+    rec["near_duplicates"] = {"rule": None}
+    text = castillo_split(Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps(rec)}))
+    assert text.endswith("(`data.near_duplicates: null`). No prompt is cut for the prefill "
+                         "(`features.max_prompt_tokens: null`).")
+    rec["split_sizes"] = None
+    with pytest.raises(DocsInputError, match="not shaped as a castillo run writes it"):
+        castillo_split(Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps(rec)}))
     del rec["near_duplicates"]
     with pytest.raises(DocsInputError, match="no 'near_duplicates'"):
         castillo_split(Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps(rec)}))

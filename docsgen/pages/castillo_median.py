@@ -38,6 +38,10 @@ def median_vs_mean(res: Results) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["head", "fit"], kind="stable", ignore_index=True)
 
 
+def _minus(text: str) -> str:
+    return text.replace("-", "−")
+
+
 @helper
 def castillo_median_vs_mean(res: Results) -> str:
     """The table: MAE of the median and of the mean (tokens, mean over the models scored), their difference (mean
@@ -49,24 +53,7 @@ def castillo_median_vs_mean(res: Results) -> str:
              "Models where the median's MAE is lower |",
              "|---|---|---:|---:|---:|---|---:|---:|"]
     for r in df.itertuples():
-        lines.append(f"| {r.head} | {r.fit} | {r.models} | {r.mae_median:.1f} | {r.mae_mean:.1f} | {r.diff:+.1f} "
-                     f"({r.lo:+.1f} … {r.hi:+.1f}) | {r.diff / r.mae_mean:+.1%} | {r.lower} of {r.models} |")
+        numbers = _minus(f"{r.mae_median:.1f} | {r.mae_mean:.1f} | {r.diff:+.1f} ({r.lo:+.1f} … {r.hi:+.1f}) | "
+                         f"{r.diff / r.mae_mean:+.1%}")
+        lines.append(f"| {r.head} | {r.fit} | {r.models} | {numbers} | {r.lower} of {r.models} |")
     return "\n".join(lines) + "\n"
-
-
-@helper
-def castillo_median_verdict(res: Results) -> str:
-    """One sentence: the fit rows (head, fit kind over at least two models) where the median's MAE is the lower on
-    every model, on most, and on at most half."""
-    df = median_vs_mean(res)
-    df = df[df.models >= 2]
-    rows = list(df.itertuples())
-    every = [f"{r.head} ({r.fit})" for r in rows if r.lower == r.models]
-    most = [f"{r.head} ({r.fit})" for r in rows if r.models / 2 < r.lower < r.models]
-    few = [f"{r.head} ({r.fit})" for r in rows if r.lower <= r.models / 2]
-
-    def names(xs: list[str]) -> str:
-        return f"{len(xs)} ({', '.join(xs)})" if xs else "none"
-
-    return (f"Of the {len(rows)} fits scored on two or more models, the median's MAE is the lower on every model "
-            f"for {names(every)}; on most models for {len(most)}; on half of them or fewer for {names(few)}.")

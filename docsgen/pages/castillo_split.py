@@ -20,19 +20,22 @@ def castillo_split(res: Results) -> str:
         sizes, near, trunc = s["split_sizes"], s["near_duplicates"], s["truncation"]
         parts = f"{sizes['train']:,} train, {sizes['val']:,} validation and {sizes['test']:,} test prompts"
         limit = trunc["max_prompt_tokens"]
-        cut = sum(v["truncated"] for k, v in trunc.items() if isinstance(v, dict))
+        cut = sum(v["truncated"] for v in trunc.values() if isinstance(v, dict))
         rule = near["rule"]
-    except (KeyError, TypeError) as e:
+    except KeyError as e:
         res.fail(SUMMARY, f"no {e} where the split's record should have it")
+    except (TypeError, AttributeError) as e:
+        res.fail(SUMMARY, f"the split's record is not shaped as a castillo run writes it ({e})")
     if rule is None:
-        grouping = "Near-duplicates were not grouped (`data.near_duplicates: null`)"
+        grouping = "Near-duplicates were not grouped (`data.near_duplicates: null`)."
     else:
         grouping = (f"Near-duplicates are grouped before the split, so a group stays in one part: two prompts are "
                     f"near-duplicates when their sets of word {rule['ngram']}-grams reach Jaccard "
                     f"{rule['threshold']:g}, and a group is a connected component of that relation "
-                    f"({near['groups_over_one']} groups of two or more, {near['prompts_in_them']} prompts)")
-    twins = "; ".join(f"at Jaccard ≥ {k.rsplit('_', 1)[1]}: {v}" for k, v in near.items()
-                      if k.startswith("test_with_twin_at_"))
-    return (f"The shared split holds {parts}, stratified by dataset. {grouping}. Test prompts with a train or "
-            f"validation twin, {twins}. {cut} prompts longer than {limit} tokens are cut to {limit} for the prefill "
-            "(`lengthpred.prompting.truncate` keeps their start and their end).")
+                    f"({near['groups_over_one']} groups of two or more, {near['prompts_in_them']} prompts).")
+    twins = [f"at Jaccard ≥ {k.rsplit('_', 1)[1]}: {v}" for k, v in near.items() if k.startswith("test_with_twin_at_")]
+    twin_text = f" Test prompts with a train or validation twin, {'; '.join(twins)}." if twins else ""
+    cut_text = (f" {cut} prompts longer than {limit} tokens are cut to {limit} for the prefill "
+                "(`lengthpred.prompting.truncate` keeps their start and their end)." if limit else
+                " No prompt is cut for the prefill (`features.max_prompt_tokens: null`).")
+    return f"The shared split holds {parts}, stratified by dataset. {grouping}{twin_text}{cut_text}"

@@ -160,8 +160,8 @@ def table_t7_summary(results: pd.DataFrame, fits: pd.DataFrame, ceil: Mapping[tu
         n = ceil.get((m, POOLED), {}).get("n")
         rows.append([short_model(m), n, c, *cells, _share(sp, c)])
     notes = ["Pooled test Spearman (CIs in T7). Heads fitted on every model show each model's own fit; heads "
-             "fitted on fewer (the MiniLM proxies and lora, unless configured otherwise) show their all-models fit, "
-             "and their own fit on the model they were also fitted on.",
+             "fitted on fewer (the MiniLM proxies and lora, unless configured otherwise) show their all-models fit on "
+             "every model (their own fits are in T7).",
              CEILING_NOTE]
     return Table("T7_summary", "Which models' lengths are predictable, against their ceilings", cols, rows, notes)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from lengthpred.artefacts import PREDICTIONS
 from lengthpred.crossmodel.ceilings import POOLED, ceiling_lookup, ceiling_range, ceiling_table
@@ -133,14 +133,15 @@ def head_specs(cfg: DictConfig, models: Sequence[str]) -> list[HeadSpec]:
     return specs
 
 
-def _check_heads(cm: DictConfig, specs: list[HeadSpec]) -> None:
+def _check_heads(cm: DictConfig, specs: list[HeadSpec]) -> list[tuple[str, str]]:
+    """The configured head names checked before any work; returns `crossmodel.pairs` as this run compares them."""
     names = {s.label for s in specs}
     if str(cm.primary_head) not in names:
         raise ConfigError(f"crossmodel.primary_head={cm.primary_head!r} is not among the heads {sorted(names)}")
     extra = sorted(set(map(str, cm.transfer_heads)) - names)
     if extra:
         raise ConfigError(f"crossmodel.transfer_heads: {extra} are not among the heads {sorted(names)}")
-    parse_pairs(_plain(cm.get("pairs")), sorted(names))
+    return parse_pairs(_plain(cm.get("pairs")), {s.label: s.targets for s in specs}, sorted(set(HEADS) | names))
 
 
 def feature_columns(cfg: DictConfig, specs: Sequence[HeadSpec]) -> list[str]:
@@ -195,7 +196,7 @@ def near_duplicate_report(cfg: DictConfig, union: PromptUnion, chosen: Sequence[
 
 
 def _plain(node: Any) -> Any:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig | ListConfig) else node
 
 
 def prompt_inputs(cfg: DictConfig, union: PromptUnion, chosen: Sequence[str], columns: Sequence[str], *,
@@ -228,7 +229,7 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
     with timer.stage("union"):
         union = load_union(data)
         specs = head_specs(cfg, union.table.models)
-        _check_heads(cm, specs)
+        pairs = _check_heads(cm, specs)
         columns = feature_columns(cfg, specs)
         _write_union(union, out)
     table, dataset_of = union.table, union.dataset_of
@@ -266,20 +267,20 @@ def run_castillo(cfg: DictConfig, out_dir: str | Path, *, model: Any = None, tok
         results = score_all(preds, fits, table, split["test"], dataset_of, n_boot=n_boot, seed=seed,
                             min_test=int(cm.min_test))
         write_results(results, out / "results.csv")
-        pairs = compare_pairs(preds, table, split["test"], parse_pairs(_plain(cm.get("pairs")), sorted(set(fits["head"]))),
-                              min_test=int(cm.min_test), n_boot=n_boot, seed=seed)
-        pairs.to_csv(out / "pairs.csv", index=False)
+        paired = compare_pairs(preds, table, split["test"], pairs, min_test=int(cm.min_test), n_boot=n_boot,
+                               seed=seed)
+        paired.to_csv(out / "pairs.csv", index=False)
     with timer.stage("tables"):
         written = _report(cfg, union, results, fits, ceil_test, ceil_all, out)
-        if len(pairs):
-            written.append(table_t7_pairs(pairs).write(out / "tables")["md"])
+        if len(paired):
+            written.append(table_t7_pairs(paired, n_boot).write(out / "tables")["md"])
     summary = {
         "models": table.models, "datasets": union.datasets(), "union": union.report,
         "n_prompts_union": len(table.ids), "n_prompts_run": len(chosen),
         "per_dataset_run": {ds: {k: sum(dataset_of[i] == ds for i in split[k]) for k in PARTS}
                             for ds in union.datasets()},
         "split_sizes": {k: len(v) for k, v in split.items()},
-        "near_duplicates": near,
+        "near_duplicates": near, "pairs": [list(p) for p in pairs],
         "truncation": truncation_counts(n_tokens, dataset_of, cfg.features.get("max_prompt_tokens")),
         "feature_columns": columns, "coverage_warnings": warnings,
         "ceiling_range_loo": ceiling_range(ceil_all).to_dict("records"),
