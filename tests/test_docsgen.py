@@ -159,3 +159,25 @@ def test_t7s_split_paragraph_reads_the_runs_record_and_names_a_missing_block():
     del rec["near_duplicates"]
     with pytest.raises(DocsInputError, match="no 'near_duplicates'"):
         castillo_split(Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps(rec)}))
+
+
+def test_t7s_pairs_sentence_counts_which_side_each_interval_favours():
+    from docsgen.pages.castillo_pairs import PAIRS, castillo_pairs_sentence
+
+    head = ("Head,Reference,Fit,Model,\"Metric (prediction scored: head, reference)\",Head's seeds,"
+            "Head (seed mean ± sd),Reference's seeds,Reference (seed mean ± sd),Head − reference [95% CI],"
+            "\"p (one-sided, bootstrap)\",n test\n")
+    rows = ('lora,probe,own fit,m2,too few shared test prompts (3),,,,,,,3\n'  # a note row first: no seeds
+            'lora,probe,all-models fit,m1,"Spearman (y_pred, y_pred)",1,0.70,3,0.65 ± 0.01,"0.050 [0.010, 0.090]",0.01,300\n'
+            'lora,probe,all-models fit,m2,"Spearman (y_pred, y_pred)",1,0.60,3,0.65 ± 0.01,"−0.050 [−0.090, −0.010]",0.99,300\n'
+            'lora,probe,all-models fit,m3,"Spearman (y_pred, y_pred)",1,0.66,3,0.65 ± 0.01,"0.010 [−0.020, 0.040]",0.3,300\n'
+            'lora,probe,all-models fit,m1,"MAE (tokens) (median, median)",1,100.0,3,110.0 ± 1.0,"−10.0 [−15.0, −5.0]",0.001,300\n'
+            'lora,probe,all-models fit,m2,"MAE (tokens) (median, median)",1,100.0,3,90.0 ± 1.0,"10.0 [5.0, 15.0]",0.99,300\n'
+            'lora,probe,own fit,m1,"Spearman (y_pred, y_pred)",1,0.70,3,0.65 ± 0.01,"0.050 [−0.010, 0.090]",0.06,300\n')
+    text = castillo_pairs_sentence(Results(REPO_ROOT, "x", overlay={PAIRS: head + rows}))
+    assert text.startswith("lora against probe, paired on the same test prompts (lora: 1 seed(s), probe: 3;")
+    assert "all-models fit, Spearman: the interval favours lora on 1 of 3 models, probe on 1, neither on 1" in text
+    assert "all-models fit, MAE: the interval favours lora on 1 of 2 models, probe on 1, neither on 0" in text
+    assert "own fit, Spearman on m1: +0.050 [−0.010, +0.090]" in text
+    with pytest.raises(DocsInputError, match="no row with a difference"):
+        castillo_pairs_sentence(Results(REPO_ROOT, "x", overlay={PAIRS: head + rows.splitlines(True)[0]}))
