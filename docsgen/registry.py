@@ -24,8 +24,8 @@ class Page:
     out: str  # repo-relative path of the file written
     render: Callable[[Results], str]
     source: str  # what to edit instead of the page
-    # False for pages derived from code and config alone (the API and configuration reference): always written,
-    # never compared, not committed (.gitignore), so a docstring or config comment never fails docs-check
+    # False for the per-module API pages (derived from the docstrings alone): always written, never compared, not
+    # committed (.gitignore), so a docstring never fails docs-check
     committed: bool = True
 
 
