@@ -44,7 +44,7 @@ class Stat:
         else:
             core = f"{self.value:{sign}.{self.decimals}f}"
             ci = f" [{self.lo:{sign}.{self.decimals}f}, {self.hi:{sign}.{self.decimals}f}]" if self.has_interval else ""
-        return (core + ci).replace("-", "−")
+        return minus(core + ci)
 
 
 def parse_cell(cell: str) -> Stat | None:
@@ -67,18 +67,23 @@ def parse_sd(cell: str) -> tuple[float, float, int] | None:
     return _f(m.group(1)), _f(m.group(2)), int(m.group(3)) if m.group(3) else 0
 
 
+def minus(text: str) -> str:
+    """Every hyphen-minus as U+2212, the tables' minus sign."""
+    return text.replace("-", "−")
+
+
 def pct(x: float, decimals: int = 0, signed: bool = True) -> str:
     """A fraction as a percent, `+32%`; minus as U+2212 like the tables."""
     if not math.isfinite(x):
         return "—"
-    return f"{100 * x:{'+' if signed else ''}.{decimals}f}%".replace("-", "−")
+    return minus(f"{100 * x:{'+' if signed else ''}.{decimals}f}%")
 
 
 def pct_interval(x: float, lo: float, hi: float, decimals: int = 0) -> str:
     """`+32% [+13, +47]` from fractions."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return pct(x, decimals)
-    return (f"{pct(x, decimals)} [{100 * lo:+.{decimals}f}, {100 * hi:+.{decimals}f}]").replace("-", "−")
+    return minus(f"{pct(x, decimals)} [{100 * lo:+.{decimals}f}, {100 * hi:+.{decimals}f}]")
 
 
 def minutes(seconds: float) -> str:

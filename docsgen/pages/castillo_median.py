@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from docsgen.numbers import parse_cell
+from docsgen.numbers import minus, parse_cell
 from docsgen.registry import helper
 from docsgen.results import Results
 from docsgen.studies import DATA
@@ -38,10 +38,6 @@ def median_vs_mean(res: Results) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["head", "fit"], kind="stable", ignore_index=True)
 
 
-def _minus(text: str) -> str:
-    return text.replace("-", "−")
-
-
 @helper
 def castillo_median_vs_mean(res: Results) -> str:
     """The table: MAE of the median and of the mean (tokens, mean over the models scored), their difference (mean
@@ -53,7 +49,7 @@ def castillo_median_vs_mean(res: Results) -> str:
              "Models where the median's MAE is lower |",
              "|---|---|---:|---:|---:|---|---:|---:|"]
     for r in df.itertuples():
-        numbers = _minus(f"{r.mae_median:.1f} | {r.mae_mean:.1f} | {r.diff:+.1f} ({r.lo:+.1f} … {r.hi:+.1f}) | "
+        numbers = minus(f"{r.mae_median:.1f} | {r.mae_mean:.1f} | {r.diff:+.1f} ({r.lo:+.1f} … {r.hi:+.1f}) | "
                          f"{r.diff / r.mae_mean:+.1%}")
         lines.append(f"| {r.head} | {r.fit} | {r.models} | {numbers} | {r.lower} of {r.models} |")
     return "\n".join(lines) + "\n"
