@@ -110,6 +110,25 @@ def test_the_lora_verdict_waits_for_every_seed_and_reads_the_paired_interval():
                                                                                      '"-3.0 [-5.0, -1.0]"')
     verdict = lora_vs_probe_verdict(Results(REPO_ROOT, "x", overlay={T1_LORA: every, PAIRS: better}))
     assert "lora ranks better than and errs less than the probe" in verdict
+    assert "fitted each on 300 train prompts where the probe's used all 1,440" in verdict  # the committed fit record
+
+
+def test_the_gap_sentence_says_reached_only_where_every_interval_says_so():
+    from docsgen.pages.gap import _DATA, REACH, gap_summary, gap_trend
+
+    head = "head,seeds,test Spearman [95% CI],sd over seeds,share of the ceiling [95% CI],0.90 of the ceiling\n"
+    rows = {"not reached": 'a,3,"0.7 [0.6, 0.8]",0.01,"0.80 [0.75, 0.85]",not reached\n',
+            "not shown either way": 'b,3,"0.75 [0.7, 0.8]",0.01,"0.86 [0.80, 0.91]",not shown either way\n',
+            "reached": 'c,3,"0.85 [0.8, 0.9]",0.01,"0.95 [0.91, 0.99]",reached\n'}
+
+    def opening(*kinds: str) -> str:
+        return gap_summary(Results(REPO_ROOT, "x", overlay={_DATA + REACH: head + "".join(rows[k] for k in kinds)}))
+
+    assert opening("not reached").startswith("No head reaches 0.90 of the test noise ceiling")
+    assert opening("not reached", "not shown either way").startswith("No head is shown to reach 0.90")
+    assert opening("not shown either way", "reached").startswith("A head reaches 0.90")
+    assert "b 0.86 [0.80, 0.91] of the ceiling (not shown either way)" in opening("not shown either way")
+    assert gap_trend(Results(REPO_ROOT, "x"), "probe")["share"] == "0.90"  # the ceiling cell read with or without its CI
 
 
 def test_t7s_median_against_mean_is_counted_per_head_and_fit_from_the_rows():

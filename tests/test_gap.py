@@ -14,6 +14,7 @@ from lengthpred.eval.learning_curve import (
     CurvePoint,
     ceiling_rows,
     check_fractions,
+    draw_means,
     fit_power_law,
     size_to_reach,
     stratified_rows,
@@ -78,6 +79,7 @@ def test_trend_on_a_head_that_improves_with_data():
     t = trend(pts, y, S, share=0.9, n_boot=200, seed=0)
     assert t.ceiling > 0.8 and t.target == pytest.approx(0.9 * t.ceiling)
     assert t.a_ci[0] <= t.a <= t.a_ci[1] and t.gain_last_doubling > 0
+    assert t.ceiling_ci[0] <= t.ceiling <= t.ceiling_ci[1]
     assert 0 < t.full_share < 1.1 and 0 <= t.reachable_share <= 1
 
 
@@ -137,8 +139,10 @@ def test_the_stage_end_to_end_on_the_tiny_model(trace_run):  # noqa: F811
     cfg.gap.extra_predictions = {}
     cfg.gap.fractions = [0.01, 1.0]
     cfg.gap.min_train = 5
-    with pytest.raises(DataError, match="fraction 0.01"):
-        run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
+    with pytest.MonkeyPatch.context() as mp:  # a fraction too small for the train set: refused before any load
+        mp.setattr(gap_stage, "_sets", lambda *a: pytest.fail("features read before the check"))
+        with pytest.raises(DataError, match="fraction 0.01"):
+            run_gap(cfg, cfg.paths.output_dir, log=lambda _: None)
 
 
 def test_the_learning_curve_figure_draws_a_head_fitted_on_the_full_train_set_only(tmp_path, monkeypatch):
@@ -155,3 +159,46 @@ def test_the_learning_curve_figure_draws_a_head_fitted_on_the_full_train_set_onl
     diamonds = [c for c in ax.collections if (c.get_offsets()[:, 0] == 25).all()]
     assert sorted(np.vstack([c.get_offsets() for c in diamonds])[:, 1].round(2).tolist()) == [0.8, 0.82, 0.84]
     assert {tuple(c.get_facecolor()[0]) for c in diamonds} != {tuple(ax.collections[0].get_facecolor()[0])}
+
+
+def test_draw_means_resample_the_draws_as_well_as_the_prompts():
+    rng = np.random.default_rng(0)
+    same = np.tile(np.linspace(0.6, 0.8, 201), (3, 1))  # three identical draws: nothing to add
+    assert np.allclose(draw_means(same, rng), same[0], rtol=0, atol=1e-12)
+    spread = np.vstack([np.full(2001, 0.70), np.full(2001, 0.75), np.full(2001, 0.80)])
+    m = draw_means(spread, rng)
+    assert m[0] == pytest.approx(0.75)  # column 0: every draw once
+    assert m[1:].min() < 0.72 and m[1:].max() > 0.78  # the replicates see other mixes of draws
+    assert set(np.round(m[1:] * 3, 6)) <= {round(0.70 * 3 + k * 0.05, 6) for k in range(7)}  # sums of 3 draws
+
+
+def test_the_reach_verdict_rests_on_the_mean_over_seeds():
+    from lengthpred.stages.gap import reach_table
+
+    mu, S, y = synthetic(400)
+    rng = np.random.default_rng(3)
+    seeds = [np.exp(mu + rng.normal(0, sd, len(mu))) for sd in (0.9, 0.3, 0.3)]  # a poor first seed
+    r = reach_table({"h": seeds}, y, S, share=0.9, n_boot=200, seed=0).iloc[0]
+    from lengthpred.metrics import spearman_rows
+
+    each = [float(spearman_rows(y[None, :], p[None, :])[0]) for p in seeds]
+    assert r["spearman"] == pytest.approx(np.mean(each)) and r["seed_sd"] == pytest.approx(np.std(each, ddof=1))
+    assert r["spearman_low"] <= r["spearman"] <= r["spearman_high"] and r["share_low"] <= r["share"] <= r["share_high"]
+    assert r["verdict"] == ("reached" if r["share_low"] >= 0.9 else "not reached" if r["share_high"] < 0.9
+                            else "not shown either way")
+    one = reach_table({"h": seeds[:1]}, y, S, share=0.9, n_boot=200, seed=0).iloc[0]
+    assert one["spearman"] == pytest.approx(each[0]) and math.isnan(one["seed_sd"])
+
+
+def test_the_noise_sentence_reads_the_noise_table():
+    from lengthpred.stages.gap import noise_sentence
+
+    t = pd.DataFrame([{"group": "every head off by > 2×", "n": 57, "within_2se": 0.19},
+                      {"group": "the rest", "n": 423, "within_2se": 0.67}])
+    assert noise_sentence(t) == ("Of the prompts every head gets wrong, 19% have an error within 2 standard errors "
+                                 "of their own target, against 67% of the rest: most of these misses are larger "
+                                 "than their own samples' noise explains.")
+    t.loc[0, "within_2se"] = 0.6
+    assert noise_sentence(t).endswith("their own samples' noise could explain most of these misses.")
+    t.loc[0, "n"] = 0
+    assert noise_sentence(t) == "No test prompt is missed by every head."

@@ -21,6 +21,11 @@ def _reach_phrase(r) -> str:
     return f"{r['head']} {r['share of the ceiling [95% CI]']} of the ceiling ({r['0.90 of the ceiling']})"
 
 
+def _point(cell: object) -> float:
+    """The point of a 'value [low, high]' cell (or of a bare value)."""
+    return float(str(cell).split(" [")[0])
+
+
 @helper
 def gap_ceiling(res: Results) -> str:
     """The test noise ceiling the gap stage measured against."""
@@ -37,10 +42,13 @@ def gap_summary(res: Results) -> str:
                                      "gain over the last doubling [95% CI]",
                                      "train prompts to reach the target [95% CI]", "replicates that reach it"])
     full = max(int(str(n).replace(",", "")) for n in curve["train prompts"])
-    reached = reach["0.90 of the ceiling"].str.startswith("reached").any()
-    out = [("A head reaches" if reached else "No head reaches") + " 0.90 of the test noise ceiling "
+    verdicts = reach["0.90 of the ceiling"].astype(str)
+    opening = ("A head reaches" if verdicts.str.startswith("reached").any() else
+               "No head reaches" if verdicts.str.startswith("not reached").all() else "No head is shown to reach")
+    out = [opening + " 0.90 of the test noise ceiling "
            f"({trend['noise ceiling (test)'].iloc[0]}, target Spearman {trend['target'].iloc[0]}) at the full "
-           f"{full:,} train prompts: " + "; ".join(_reach_phrase(r) for _, r in reach.iterrows()) + ". "
+           f"{full:,} train prompts (each head's test Spearman averaged over its seeds): "
+           + "; ".join(_reach_phrase(r) for _, r in reach.iterrows()) + ". "
            f"The learning curves of {_and(list(trend['head']))} (each refitted with its own search on "
            f"fractions {min(float(f) for f in curve['fraction']):g} to 1 of the train prompts, 3 draws each), fitted as "
            "a − b·n^(−c), say what more data would do: "]
@@ -66,6 +74,6 @@ def gap_trend(res: Results, head: str) -> dict:
     if m is None:
         res.fail(_DATA + TREND, f"train prompts to reach the target: {need!r} is not 'n [low, high]'")
     return {"asymptote": str(row["asymptote a [95% CI]"]).split(" [")[0], "need": m["point"],
-            "share": f"{float(row['target']) / float(row['noise ceiling (test)']):.2f}",
+            "share": f"{float(row['target']) / _point(row['noise ceiling (test)']):.2f}",
             "interval": f"95% CI {m['low']} to {m['high']}",
             "had": f"{max(int(str(n).replace(',', '')) for n in curve['train prompts']):,}"}

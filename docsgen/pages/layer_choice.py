@@ -27,3 +27,20 @@ def layer_choice(res: Results, configured: int = 20) -> str:
             rows.append([head, layer, how, r[f"{head} val"], r[f"{head} test"]])
     return mdtable.render(mdtable.MdTable(["readout", "layer", "how", "val Spearman", "test Spearman [95% CI]"],
                                           ["---", "---:", "---", "---:", "---:"], rows))
+
+
+@helper
+def layer_choice_sentence(res: Results, configured: int = 20) -> str:
+    """The README's short form of `layer_choice`: each readout's validation-chosen layer beside the configured one,
+    validation and test Spearman of both."""
+    chosen = res.csv(CHOSEN, columns=("Head", "Chosen layer"))
+    per = res.csv(PER_LAYER, columns=("layer", "linear val", "linear test", "probe val", "probe test"))
+    at = res.row(PER_LAYER, per, layer=str(configured))
+    parts = []
+    for head in ("linear", "probe"):
+        layer = res.row(CHOSEN, chosen, Head=head)["Chosen layer"]
+        r = res.row(PER_LAYER, per, layer=layer)
+        parts.append(f"{layer} for the {'linear readout' if head == 'linear' else head} (validation Spearman "
+                     f"{r[f'{head} val']} against {at[f'{head} val']} at "
+                     f"{configured}; test {r[f'{head} test']} against {at[f'{head} test']})")
+    return "validation would choose layer " + " and ".join(parts)

@@ -103,8 +103,12 @@ def lora_vs_probe_verdict(res: Results) -> str:
             out.append(words[metric][_side(r["difference vs probe [95% CI]"]) + 1])
     if not out:
         res.fail(PAIRS, "no lora row to judge")
+    fit = res.json(LORA_FIT)["result"]
     return (f"With its {lo['seeds']} seeds, lora " + " and ".join(out) + " the probe (95% paired bootstrap "
-            "intervals over the test prompts; an interval covering zero counts as level).")
+            "intervals over the test prompts; an interval covering zero counts as level). Its search had the same "
+            f"number of candidates as the probe's, but fitted each on {fit['search']['n_search_train']:,} train "
+            f"prompts where the probe's used all {fit['train_prompts']:,}, so its "
+            "chosen settings may be worse than a full search would find.")
 
 
 @helper

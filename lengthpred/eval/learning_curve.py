@@ -9,8 +9,9 @@ the full validation split and scored on the full test split; every fit keeps its
 form) to the mean test Spearman per train size, and solves it for the train size at which ρ reaches `share` of the
 noise ceiling: n* = (b / (a − target))^(1/c), infinite where the asymptote stays below the target. Its intervals
 come from one bootstrap over test prompts, shared by every fit and by the ceiling (the same resampled prompts
-give every fit's Spearman and the ceiling's estimate in a replicate, the curve is refitted per replicate): what
-the test set's size leaves uncertain, not what other train draws would add (the resamples' spread shows that).
+give every fit's Spearman and the ceiling's estimate in a replicate, the curve is refitted per replicate), in which
+each train size's draws are also resampled (`draw_means`): the test set's size and the train draws both count.
+With 3 draws per size the draws' share of that uncertainty is itself roughly estimated.
 """
 
 from __future__ import annotations
@@ -126,6 +127,17 @@ def size_to_reach(a: float, b: float, c: float, target: float) -> float:
     return float((b / (a - target)) ** (1.0 / c))
 
 
+def draw_means(rho: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """[draws, B + 1] Spearmans (each draw on each bootstrap replicate; column 0 the prompts as they are) → [B + 1]:
+    column 0 the mean over every draw, each replicate the mean over as many draws drawn with replacement, so an
+    interval over the replicates covers the draws' spread as well as the test prompts'."""
+    rho = np.atleast_2d(np.asarray(rho, dtype=np.float64))
+    r, cols = rho.shape
+    pick = rng.integers(0, r, size=(cols, r))
+    pick[0] = np.arange(r)
+    return np.take_along_axis(rho.T, pick, axis=1).mean(axis=1)
+
+
 def ceiling_rows(samples: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """For [n, k] sampled lengths: a function of bootstrap index rows [B, n] → the noise ceiling of the mean of k
     samples on each replicate (√(k·r/(1+(k−1)·r)), r the mean pairwise Spearman between sample positions)."""
@@ -156,6 +168,7 @@ class Trend:
     reachable_share: float  # replicates whose fitted asymptote passes the target
     target: float
     ceiling: float
+    ceiling_ci: tuple[float, float]
     full_share: float  # mean test Spearman at the full train set / the ceiling
     full_share_ci: tuple[float, float]
     gain_last_doubling: float  # mean Spearman at the full train set − at half of it (paired over test prompts)
@@ -173,7 +186,7 @@ def trend(points: Sequence[CurvePoint], y_test: np.ndarray, samples: np.ndarray,
     rng = np.random.default_rng(seed)
     idx = np.vstack([np.arange(len(y))[None, :], rng.integers(0, len(y), size=(n_boot, len(y)))])  # row 0: as is
     ceil = ceiling_rows(samples)(idx)  # [B + 1]
-    rho = np.stack([np.mean([spearman_rows(y[idx], pr[idx]) for pr in preds[n]], axis=0) for n in sizes],
+    rho = np.stack([draw_means(np.stack([spearman_rows(y[idx], pr[idx]) for pr in preds[n]]), rng) for n in sizes],
                    axis=1)  # [B + 1, sizes]
     target = share * ceil
     fits = [fit_power_law(sizes, rho[b]) for b in range(len(idx))]
@@ -191,7 +204,7 @@ def trend(points: Sequence[CurvePoint], y_test: np.ndarray, samples: np.ndarray,
     gain = rho[:, sizes.index(full)] - rho[:, sizes.index(half)]
     return Trend(pts[0].head, float(a[0]), q(a[1:]), float(fits[0][1]), float(fits[0][2]), float(n_star[0]),
                  q(n_star[1:]),
-                 float(np.mean(np.isfinite(n_star[1:]))), float(target[0]), float(ceil[0]), float(fs[0]),
+                 float(np.mean(np.isfinite(n_star[1:]))), float(target[0]), float(ceil[0]), q(ceil[1:]), float(fs[0]),
                  q(fs[1:]), float(gain[0]), q(gain[1:]))
 
 

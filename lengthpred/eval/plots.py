@@ -257,11 +257,13 @@ def head_scores(heads: pd.DataFrame, path: str | Path, title: str = "") -> Path 
 
 def learning_curve_figure(points: pd.DataFrame, trends: dict[str, tuple[float, float, float]], ceiling: float,
                           share: float, path: str | Path, title: str = "",
-                          others: dict[str, list[float]] | None = None, others_at: float | None = None) -> Path:
+                          others: dict[str, list[float]] | None = None, others_at: float | None = None,
+                          ceiling_ci: tuple[float, float] | None = None) -> Path:
     """Test Spearman against train prompts (log axis): each resample's point, the mean per size, the fitted
     a − b·n^(−c) of each head (`trends`: head → (a, b, c)) drawn out to 8× the largest train set, the noise ceiling
     and `share` of it. `others`: heads fitted on the full train set only (head → test Spearman per seed), drawn at
-    `others_at` (default: the largest train set of `points`) as each seed's point and their mean."""
+    `others_at` (default: the largest train set of `points`) as each seed's point and their mean. `ceiling_ci`: the
+    ceiling's interval, drawn as a band around it (the ceiling is an estimate too)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     n_max = float(points["n_train"].max())
     grid = np.geomspace(float(points["n_train"].min()), 8 * n_max, 200)
@@ -281,6 +283,8 @@ def learning_curve_figure(points: pd.DataFrame, trends: dict[str, tuple[float, f
         ax.scatter([at] * len(finite), finite, s=12, color=f"C{j}", alpha=0.5, marker="D")
         ax.scatter([at], [float(np.mean(finite))], s=40, color=f"C{j}", marker="D",
                    label=f"{head} (full train set only, mean over seeds)")
+    if ceiling_ci is not None and all(map(math.isfinite, ceiling_ci)):
+        ax.axhspan(*ceiling_ci, color="k", alpha=0.08, lw=0, label="its 95% interval")
     ax.axhline(ceiling, color="k", lw=1, label="noise ceiling (test)")
     ax.axhline(share * ceiling, color="k", lw=1, ls=":", label=f"{share:.2f} of the ceiling")
     ax.axvline(n_max, color="0.6", lw=0.8)

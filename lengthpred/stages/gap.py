@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from lengthpred.data import load_splits
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.eval.error_breakdown import DIMENSIONS, all_wrong, breakdown, domain_mix, noise_table
 from lengthpred.eval.learning_curve import (
@@ -31,6 +32,7 @@ from lengthpred.eval.learning_curve import (
     Trend,
     ceiling_rows,
     check_fractions,
+    draw_means,
     learning_curve,
     points_frame,
     trend,
@@ -88,23 +90,25 @@ def extra_predictions(path: str | Path, ids: list[str]) -> list[np.ndarray]:
 
 def reach_table(seeds: dict[str, list[np.ndarray]], y: np.ndarray, samples: np.ndarray, *, share: float,
                 n_boot: int, seed: int) -> pd.DataFrame:
-    """Per head (its predictions per seed): the first seed's test Spearman and its share of the test ceiling with
-    95% bootstrap intervals over test prompts (the same replicates for every head and the ceiling), the seed mean
-    ± sd, and whether the share's interval lies above `share` (reached), below it (not reached) or spans it."""
+    """Per head (its predictions per seed): the test Spearman averaged over its seeds and that mean's share of the
+    test ceiling, with 95% bootstrap intervals over test prompts and seeds (the same prompt replicates for every head
+    and the ceiling; each replicate also redraws the seeds, `draw_means`), the sd over seeds, and whether the
+    share's interval lies above `share` (reached), below it (not reached) or spans it. A one-seed head's interval
+    covers the test prompts only."""
     rng = np.random.default_rng(seed)
     idx = np.vstack([np.arange(len(y))[None, :], rng.integers(0, len(y), size=(n_boot, len(y)))])
     ceil = ceiling_rows(samples)(idx)
     rows = []
     for h, preds in seeds.items():
-        rho = spearman_rows(y[idx], preds[0][idx])
+        per_seed = np.stack([spearman_rows(y[idx], p[idx]) for p in preds])  # [seeds, B + 1]
+        rho = draw_means(per_seed, rng)
         ratio = rho / ceil
-        means = [float(spearman_rows(y[None, :], p[None, :])[0]) for p in preds]
         lo, hi = np.nanquantile(rho[1:], [0.025, 0.975])
         rlo, rhi = np.nanquantile(ratio[1:], [0.025, 0.975])
         verdict = "reached" if rlo >= share else "not reached" if rhi < share else "not shown either way"
         rows.append({"head": h, "seeds": len(preds), "spearman": rho[0], "spearman_low": lo, "spearman_high": hi,
-                     "seed_mean": float(np.mean(means)), "seed_sd": float(np.std(means, ddof=1)) if len(means) > 1
-                     else math.nan, "share": ratio[0], "share_low": rlo, "share_high": rhi, "verdict": verdict})
+                     "seed_sd": float(np.std(per_seed[:, 0], ddof=1)) if len(preds) > 1 else math.nan,
+                     "share": ratio[0], "share_low": rlo, "share_high": rhi, "verdict": verdict})
     return pd.DataFrame(rows)
 
 
@@ -123,10 +127,11 @@ def run_gap(cfg: DictConfig, out_dir: str | Path, log: Any = print) -> dict[str,
     gone = [v for v in extra.values() if not Path(v).is_file()]
     if gone:
         raise DataError(f"gap.extra_predictions: no predictions file at {', '.join(gone)}")
+    min_train = int(g.get("min_train", MIN_TRAIN))
+    check_fractions(list(g.fractions), len(indomain_ids(load_splits(cfg.data))["train"]), min_train)  # before any load
     loaded = {h: _sets(cfg, h) for h in heads}
     first = loaded[heads[0]][1]
-    min_train = int(g.get("min_train", MIN_TRAIN))
-    check_fractions(list(g.fractions), len(first["train"]), min_train)  # before any fit
+    check_fractions(list(g.fractions), len(first["train"]), min_train)  # the prompts with targets, before any fit
     test = first["test"]
     if test.sample_lengths is None:
         raise DataError("gap: the targets carry no per-sample lengths: the noise ceiling needs them")
@@ -165,11 +170,11 @@ def run_gap(cfg: DictConfig, out_dir: str | Path, log: Any = print) -> dict[str,
     noise.to_csv(out / "gap_noise.csv", index=False)
     mix = domain_mix(frame, all_wrong(frame, samples, every, float(g.factor)))
     mix.to_csv(out / "gap_wrong_domains.csv")
-    ceiling = trends[heads[0]].ceiling
+    t0 = trends[heads[0]]
     others = {h: [float(spearman_rows(test.y[None, :], p[None, :])[0]) for p in per_seed[h]] for h in extra}
-    learning_curve_figure(pf, {h: (t.a, t.b, t.c) for h, t in trends.items()}, ceiling, float(g.share),
+    learning_curve_figure(pf, {h: (t.a, t.b, t.c) for h, t in trends.items()}, t0.ceiling, float(g.share),
                           out / "learning_curve.png", title=f"{cfg.model.name} on {cfg.data.name}: learning curves",
-                          others=others, others_at=len(first["train"]))
+                          others=others, others_at=len(first["train"]), ceiling_ci=t0.ceiling_ci)
     (out / "gap.md").write_text(render(cfg, pf, trends, bd, noise, mix, every, reach) + "\n", encoding="utf-8")
     return {"points": pf, "trend": tf, "breakdown": bd, "noise": noise, "reach": reach}
 
@@ -188,22 +193,23 @@ def render(cfg: DictConfig, pf: pd.DataFrame, trends: dict[str, Trend], bd: pd.D
            mix: pd.DataFrame, heads: list[str], reach: pd.DataFrame) -> str:
     g = cfg.gap
     share = float(g.share)
-    ceiling = next(iter(trends.values())).ceiling
+    t0 = next(iter(trends.values()))
     lines = [f"## Does any head reach {share:.2f} of the noise ceiling? ({cfg.model.name} on {cfg.data.name}, pooled test)",
              "",
-             f"Each head at its full train set: the first seed's (draw's) test Spearman and its share of the test noise "
-             f"ceiling ({ceiling:.3f}), 95% bootstrap intervals over test prompts (the same replicates for the heads and "
-             f"the ceiling); reached where the share's interval lies at or above {share:.2f}, not reached where it lies "
-             "below, else not shown either way. Seed mean ± sd over the seeds (the curve heads: their draws at the full "
-             "train set, which differ only in initialisation).",
+             f"Each head at its full train set: its test Spearman averaged over its seeds (the curve heads: their "
+             "draws at the full train set, which differ only in initialisation) and that mean's share of the test "
+             f"noise ceiling ({_ci(t0.ceiling, *t0.ceiling_ci)}), 95% bootstrap intervals over test prompts (the same "
+             "replicates for the heads and the ceiling) in which each head's seeds are also redrawn; reached where the "
+             f"share's interval lies at or above {share:.2f}, not reached where it lies below, else not shown either "
+             "way.",
              "",
-             "| head | seeds | test Spearman [95% CI] | seed mean ± sd | share of the ceiling [95% CI] | "
+             "| head | seeds | test Spearman, mean over seeds [95% CI] | sd over seeds | share of the ceiling [95% CI] | "
              f"{share:.2f} of the ceiling |",
              "|---|---:|---:|---:|---:|---|"]
     for r in reach.to_dict("records"):
-        sd = f" ± {r['seed_sd']:.3f}" if math.isfinite(r["seed_sd"]) else ""
+        sd = f"{r['seed_sd']:.3f}" if math.isfinite(r["seed_sd"]) else "—"
         lines.append(f"| {r['head']} | {r['seeds']} | {_ci(r['spearman'], r['spearman_low'], r['spearman_high'])} | "
-                     f"{r['seed_mean']:.3f}{sd} | {_ci(r['share'], r['share_low'], r['share_high'])} | {r['verdict']} |")
+                     f"{sd} | {_ci(r['share'], r['share_low'], r['share_high'])} | {r['verdict']} |")
     lines += ["", f"## Learning curves: {cfg.model.name} on {cfg.data.name}",
              "",
              f"Each point: the head fitted on a fraction of the train prompts drawn per domain ({int(g.resamples)} "
@@ -221,14 +227,16 @@ def render(cfg: DictConfig, pf: pd.DataFrame, trends: dict[str, Trend], bd: pd.D
                      f"{x['test_spearman'].mean() / t.ceiling:.3f} |")
     lines += ["", f"### Fitted trend ρ(n) = a − b·n^(−c) and the train size for {share:.2f} of the ceiling", "",
               f"Intervals: 95% percentile bootstrap over test prompts ({int(g.n_boot)} replicates; each replicate "
-              "recomputes every fit's Spearman and the ceiling on the same resampled prompts and refits the curve).",
+              "recomputes every fit's Spearman and the ceiling on the same resampled prompts, redraws each train "
+              f"size's {int(g.resamples)} draws with replacement and refits the curve), so they cover the test set's "
+              "size and the train draws' spread; with so few draws the latter is itself roughly estimated.",
               "",
               "| head | noise ceiling (test) | target | share of the ceiling at all train prompts [95% CI] | gain over "
               "the last doubling [95% CI] | asymptote a [95% CI] | train prompts to reach the target [95% CI] | "
               "replicates that reach it |",
               "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for h, t in trends.items():
-        lines.append(f"| {h} | {t.ceiling:.3f} | {t.target:.3f} | {_ci(t.full_share, *t.full_share_ci)} | "
+        lines.append(f"| {h} | {_ci(t.ceiling, *t.ceiling_ci)} | {t.target:.3f} | {_ci(t.full_share, *t.full_share_ci)} | "
                      f"{_ci(t.gain_last_doubling, *t.gain_last_doubling_ci, fmt='{:+.3f}')} | {_ci(t.a, *t.a_ci)} | "
                      f"{_size(t.n_star)} [{_size(t.n_star_ci[0])}, {_size(t.n_star_ci[1])}] | "
                      f"{100 * t.reachable_share:.0f}% |")
@@ -236,8 +244,14 @@ def render(cfg: DictConfig, pf: pd.DataFrame, trends: dict[str, Trend], bd: pd.D
               "Per bin: the bin's own noise ceiling and each head's Spearman inside it (a narrower range than the "
               "pooled one), and the median absolute log error |log1p ŷ − log1p y| (0.69 = off by 2×); 95% bootstrap "
               "intervals over the bin's prompts. Heads: the full-train fits above (first draw)"
-              + (f" and {', '.join(h for h in heads if h not in trends)} (its train run's predictions)."
-                 if any(h not in trends for h in heads) else ".")]
+              + (f" and {', '.join(h for h in heads if h not in trends)} (its train run's predictions, first seed)."
+                 if any(h not in trends for h in heads) else "."),
+              "",
+              "A '—' ceiling: the bin's prompts' own samples do not rank them alike (their mean pairwise Spearman is "
+              "not above 0), so no ceiling is defined there; a '—' Spearman: the target does not vary in the bin "
+              "(every sample capped). The answer-length bins are cut on the target itself: inside one, the prompts' "
+              "targets differ little, so a Spearman there ranks within a narrow range and is not comparable with "
+              "the pooled one."]
     for dim, x in bd.groupby("dimension", sort=False):
         head_cols = " | ".join(f"{h} Spearman | {h} median abs log error" for h in heads)
         lines += ["", f"### By {dim}", "", f"| {dim} | n | noise ceiling | {head_cols} |",
@@ -263,11 +277,25 @@ def render(cfg: DictConfig, pf: pd.DataFrame, trends: dict[str, Trend], bd: pd.D
         lines.append(f"| {r['group']} | {r['n']} | {r['share']:.3f} | {r['capped']:.2f} | "
                      f"{_ci(r['spread'], r['spread_low'], r['spread_high'], '{:.2f}')} | {r['se']:.2f} | "
                      f"{r['log_error']:.2f} | {r['within_2se']:.2f} |")
+    lines += ["", noise_sentence(noise)]
     lines += ["", "### Which domains they come from", "", "| domain | every head wrong | test prompts | share |",
               "|---|---:|---:|---:|"]
     for d, r in mix.iterrows():
         lines.append(f"| {d} | {int(r['wrong'])} | {int(r['test'])} | {r['share']:.3f} |")
     return "\n".join(lines)
+
+
+def noise_sentence(noise: pd.DataFrame) -> str:
+    """What the noise table says: how many of the every-head-wrong prompts sample noise could explain, against the
+    rest (the first row is the every-head-wrong group, the second the rest)."""
+    wrong, rest = noise.iloc[0], noise.iloc[1]
+    if not wrong["n"] or not rest["n"]:
+        return "No test prompt is missed by every head." if not wrong["n"] else "Every head misses every test prompt."
+    w, r = float(wrong["within_2se"]), float(rest["within_2se"])
+    verdict = ("most of these misses are larger than their own samples' noise explains" if w < 0.5 else
+               "their own samples' noise could explain most of these misses")
+    return (f"Of the prompts every head gets wrong, {w:.0%} have an error within 2 standard errors of their own "
+            f"target, against {r:.0%} of the rest: {verdict}.")
 
 
 def run_gap_stage(cfg: DictConfig, out: str | Path) -> Path:
