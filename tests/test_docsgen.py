@@ -128,6 +128,23 @@ def test_the_gap_sentence_says_reached_only_where_every_interval_says_so():
     assert opening("not reached", "not shown either way").startswith("No head is shown to reach 0.90")
     assert opening("not shown either way", "reached").startswith("A head reaches 0.90")
     assert "b 0.86 [0.80, 0.91] of the ceiling (not shown either way)" in opening("not shown either way")
+    from docsgen.pages.gap import TREND
+
+    trend = ("head,noise ceiling (test),target,asymptote a [95% CI],gain over the last doubling [95% CI],"
+             "train prompts to reach the target [95% CI],replicates that reach it\n"
+             'a,"0.886 [0.861, 0.906]",0.798,"0.754 [0.7, 0.9]","+0.004 [-0.004, +0.012]","never [3,477, never]",12%\n'
+             'b,"0.886 [0.861, 0.906]",0.798,"0.842 [0.7, 1.0]","{gain}","14,590 [1,253, never]",71%\n')
+
+    def ending(gain: str) -> str:
+        return gap_summary(Results(REPO_ROOT, "x", overlay={_DATA + REACH: head + rows["not reached"],
+                                                            _DATA + TREND: trend.format(gain=gain)}))
+
+    assert ending("+0.012 [-0.002, +0.026]").endswith(
+        "No curve is shown to be still rising (every last doubling's interval reaches zero), so the bench trace "
+        "was not extended.")
+    assert ending("+0.020 [+0.004, +0.036]").endswith(
+        "b's curve is still rising (its last doubling's interval lies above zero): a longer bench trace "
+        "(`make bench-trace` resumes it) would say more.")
     assert gap_trend(Results(REPO_ROOT, "x"), "probe")["share"] == "0.90"  # the ceiling cell read with or without its CI
 
 

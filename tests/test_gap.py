@@ -190,15 +190,11 @@ def test_the_reach_verdict_rests_on_the_mean_over_seeds():
     assert one["spearman"] == pytest.approx(each[0]) and math.isnan(one["seed_sd"])
 
 
-def test_the_noise_sentence_reads_the_noise_table():
-    from lengthpred.stages.gap import noise_sentence
+def test_the_noise_sentence_says_what_the_noise_table_shows():
+    from lengthpred.eval.error_breakdown import noise_sentence
 
-    t = pd.DataFrame([{"group": "every head off by > 2×", "n": 57, "within_2se": 0.19},
-                      {"group": "the rest", "n": 423, "within_2se": 0.67}])
-    assert noise_sentence(t) == ("Of the prompts every head gets wrong, 19% have an error within 2 standard errors "
-                                 "of their own target, against 67% of the rest: most of these misses are larger "
-                                 "than their own samples' noise explains.")
-    t.loc[0, "within_2se"] = 0.6
-    assert noise_sentence(t).endswith("their own samples' noise could explain most of these misses.")
-    t.loc[0, "n"] = 0
-    assert noise_sentence(t) == "No test prompt is missed by every head."
+    assert noise_sentence(57, 0.19, 423, 0.67) == (
+        "Of the prompts every head gets wrong, 19% have an error within 2 standard errors of their own target, "
+        "against 67% of the rest: most of these misses are larger than their own samples' noise explains.")
+    assert noise_sentence(57, 0.6, 423, 0.67).endswith("their own samples' noise could explain most of these misses.")
+    assert noise_sentence(0, math.nan, 480, 0.6) == "No test prompt is missed by every head."

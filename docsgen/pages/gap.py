@@ -8,8 +8,10 @@ import re
 
 from docsgen.registry import helper
 from docsgen.results import Results
+from lengthpred.eval.error_breakdown import noise_sentence
 
 REACH, CURVE, TREND = (f"t1-in-domain/bench_gap-{k}.csv" for k in (1, 2, 3))
+NOISE = "t1-in-domain/bench_gap-8.csv"
 _DATA = "docs/results/data/"
 
 
@@ -58,7 +60,24 @@ def gap_summary(res: Results) -> str:
                      f"{t['asymptote a [95% CI]']}, train prompts to reach the target "
                      f"{t['train prompts to reach the target [95% CI]']} ({t['replicates that reach it']} of the "
                      "bootstrap replicates reach it)")
-    return "".join(out) + "; ".join(parts) + "."
+    return "".join(out) + "; ".join(parts) + ". " + _rising(res, trend)
+
+
+def _rising(res: Results, trend) -> str:
+    """Whether any curve is shown to be still rising: its last doubling's gain interval lies above zero."""
+    rising = []
+    for _, t in trend.iterrows():
+        m = re.fullmatch(r"\S+ \[(?P<low>[^,]+), [^\]]+\]", str(t["gain over the last doubling [95% CI]"]).strip())
+        if m is None:
+            res.fail(_DATA + TREND, f"gain over the last doubling: {t['gain over the last doubling [95% CI]']!r} "
+                     "is not 'gain [low, high]'")
+        if float(m["low"].replace("−", "-")) > 0:
+            rising.append(str(t["head"]))
+    if rising:
+        return (f"{_and(rising)}'s curve is still rising (its last doubling's interval lies above zero): a longer "
+                "bench trace (`make bench-trace` resumes it) would say more.")
+    return ("No curve is shown to be still rising (every last doubling's interval reaches zero), so the bench trace "
+            "was not extended.")
 
 
 @helper
@@ -77,3 +96,16 @@ def gap_trend(res: Results, head: str) -> dict:
             "share": f"{float(row['target']) / _point(row['noise ceiling (test)']):.2f}",
             "interval": f"95% CI {m['low']} to {m['high']}",
             "had": f"{max(int(str(n).replace(',', '')) for n in curve['train prompts']):,}"}
+
+
+@helper
+def gap_noise(res: Results) -> str:
+    """What the table of the prompts every head gets wrong says about their own samples' noise."""
+    within = "error within 2 SE of their own target"
+    df = res.csv(_DATA + NOISE, ["prompts", "n", within])
+    wrong, rest = df.iloc[0], df.iloc[1]
+
+    def share(v: object) -> float:
+        return float(v) if str(v) not in ("", "—") else float("nan")
+
+    return noise_sentence(int(wrong["n"]), share(wrong[within]), int(rest["n"]), share(rest[within]))

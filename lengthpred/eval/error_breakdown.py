@@ -122,6 +122,19 @@ def noise_table(frame: pd.DataFrame, samples: np.ndarray, heads: Sequence[str], 
     return pd.DataFrame(rows)
 
 
+def noise_sentence(wrong_n: int, wrong_within_2se: float, rest_n: int, rest_within_2se: float) -> str:
+    """What `noise_table` says: how many of the prompts every head gets wrong their own samples' noise could explain
+    (error within 2 standard errors of their target), against the rest."""
+    if not wrong_n:
+        return "No test prompt is missed by every head."
+    if not rest_n:
+        return "Every head misses every test prompt."
+    verdict = ("most of these misses are larger than their own samples' noise explains" if wrong_within_2se < 0.5
+               else "their own samples' noise could explain most of these misses")
+    return (f"Of the prompts every head gets wrong, {wrong_within_2se:.0%} have an error within 2 standard errors of "
+            f"their own target, against {rest_within_2se:.0%} of the rest: {verdict}.")
+
+
 def domain_mix(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
     """Per domain: prompts in the mask, the domain's test prompts, and the share."""
     d = frame["domain"].astype(str)

@@ -283,9 +283,9 @@ def learning_curve_figure(points: pd.DataFrame, trends: dict[str, tuple[float, f
         ax.scatter([at] * len(finite), finite, s=12, color=f"C{j}", alpha=0.5, marker="D")
         ax.scatter([at], [float(np.mean(finite))], s=40, color=f"C{j}", marker="D",
                    label=f"{head} (full train set only, mean over seeds)")
-    if ceiling_ci is not None and all(map(math.isfinite, ceiling_ci)):
-        ax.axhspan(*ceiling_ci, color="k", alpha=0.08, lw=0, label="its 95% interval")
     ax.axhline(ceiling, color="k", lw=1, label="noise ceiling (test)")
+    if ceiling_ci is not None and all(map(math.isfinite, ceiling_ci)):
+        ax.axhspan(*ceiling_ci, color="k", alpha=0.08, lw=0, label="the ceiling's 95% interval")
     ax.axhline(share * ceiling, color="k", lw=1, ls=":", label=f"{share:.2f} of the ceiling")
     ax.axvline(n_max, color="0.6", lw=0.8)
     ax.set_xscale("log")

@@ -25,7 +25,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lengthpred.data import load_splits
 from lengthpred.errors import ConfigError, DataError
-from lengthpred.eval.error_breakdown import DIMENSIONS, all_wrong, breakdown, domain_mix, noise_table
+from lengthpred.eval.error_breakdown import (
+    DIMENSIONS,
+    all_wrong,
+    breakdown,
+    domain_mix,
+    noise_sentence,
+    noise_table,
+)
 from lengthpred.eval.learning_curve import (
     MIN_TRAIN,
     CurvePoint,
@@ -277,25 +284,14 @@ def render(cfg: DictConfig, pf: pd.DataFrame, trends: dict[str, Trend], bd: pd.D
         lines.append(f"| {r['group']} | {r['n']} | {r['share']:.3f} | {r['capped']:.2f} | "
                      f"{_ci(r['spread'], r['spread_low'], r['spread_high'], '{:.2f}')} | {r['se']:.2f} | "
                      f"{r['log_error']:.2f} | {r['within_2se']:.2f} |")
-    lines += ["", noise_sentence(noise)]
+    wrong, rest = noise.iloc[0], noise.iloc[1]
+    lines += ["", noise_sentence(int(wrong["n"]), float(wrong.get("within_2se", math.nan)), int(rest["n"]),
+                                 float(rest.get("within_2se", math.nan)))]
     lines += ["", "### Which domains they come from", "", "| domain | every head wrong | test prompts | share |",
               "|---|---:|---:|---:|"]
     for d, r in mix.iterrows():
         lines.append(f"| {d} | {int(r['wrong'])} | {int(r['test'])} | {r['share']:.3f} |")
     return "\n".join(lines)
-
-
-def noise_sentence(noise: pd.DataFrame) -> str:
-    """What the noise table says: how many of the every-head-wrong prompts sample noise could explain, against the
-    rest (the first row is the every-head-wrong group, the second the rest)."""
-    wrong, rest = noise.iloc[0], noise.iloc[1]
-    if not wrong["n"] or not rest["n"]:
-        return "No test prompt is missed by every head." if not wrong["n"] else "Every head misses every test prompt."
-    w, r = float(wrong["within_2se"]), float(rest["within_2se"])
-    verdict = ("most of these misses are larger than their own samples' noise explains" if w < 0.5 else
-               "their own samples' noise could explain most of these misses")
-    return (f"Of the prompts every head gets wrong, {w:.0%} have an error within 2 standard errors of their own "
-            f"target, against {r:.0%} of the rest: {verdict}.")
 
 
 def run_gap_stage(cfg: DictConfig, out: str | Path) -> Path:
