@@ -63,7 +63,8 @@ paper: setup
 	$(PY) scripts/demo.py experiment=paper model=$(MODEL) device=$(DEVICE) $(PAPER_ARGS)
 
 # Cross-model length prediction on CASTILLO (13 models x 7 datasets): T7, transfer heatmaps, ceilings.
-# About 4 h cold on 2 CPU cores, minutes from the fit cache (docs/results/t7-castillo); writes outputs/castillo/runs/<time>/ (its tables reach
+# Hours cold on 2 CPU cores (the fine-tuned heads' searches; each fit's seconds in the run's fits.csv), minutes from
+# the fit cache; writes outputs/castillo/runs/<time>/ (its tables reach
 # docs/results/t7-castillo/ with python -m docsgen.convert --ingest, then make docs).
 castillo: setup
 	$(PY) scripts/castillo.py experiment=castillo

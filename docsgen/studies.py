@@ -57,7 +57,7 @@ FLAT_PAGES: dict[str, tuple[str, ...]] = {
                       "bench_spec", "spec_acceptance"),
     "t6-costs": ("bench_T6", "demo_T6", "bench_T6_lora"),
     "t7-castillo": ("castillo_T7", "castillo_T7_summary", "castillo_T7_datasets", "castillo_T7_ceilings",
-                    "castillo_T7_median"),
+                    "castillo_T7_median", "castillo_T7_pairs"),
     "serving": ("serve_summary", "serve_fidelity_overview", "serve_step_excess", "serve_workloads",
                 "serve_stall_anatomy", "serve_steadiness", "serve_fidelity_tracking", "serve_demo_engine10",
                 "serve_load08", "serve_load08_blas1", "serve_pf10", "serve_pf10_blas1", "serve_natural10",

@@ -177,13 +177,16 @@ def test_t7s_split_paragraph_reads_the_runs_record_and_names_a_missing_block():
 
     rec = {"split_sizes": {"train": 525, "val": 214, "test": 311},
            "near_duplicates": {"rule": {"ngram": 5, "threshold": 0.5}, "groups_over_one": 19, "prompts_in_them": 45,
-                               "test_with_twin_at_0.5": 0, "test_with_twin_at_0.94": 0},
+                               "test_with_twin_at_0.5": [], "test_with_twin_at_0.94": []},
            "truncation": {"max_prompt_tokens": 512, "Apps": {"prompts": 150, "truncated": 100},
                           "Dolly": {"prompts": 150, "truncated": 57}}}
     text = castillo_split(Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps(rec)}))
     assert "525 train, 214 validation and 311 test prompts" in text
     assert "word 5-grams reach Jaccard 0.5" in text and "19 groups of two or more, 45 prompts" in text
-    assert "at Jaccard ≥ 0.5: 0; at Jaccard ≥ 0.94: 0" in text and "157 prompts longer than 512 tokens" in text
+    assert "at Jaccard ≥ 0.5: none; at Jaccard ≥ 0.94: none" in text and "157 prompts longer than 512 tokens" in text
+    rec["near_duplicates"]["test_with_twin_at_0.5"] = ["Mbpp/1", "Apps/7"]
+    assert "at Jaccard ≥ 0.5: 2; at Jaccard ≥ 0.94: none" in castillo_split(
+        Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps(rec)}))
     rec["truncation"]["max_prompt_tokens"] = None
     rec["near_duplicates"] = {"rule": None}
     text = castillo_split(Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps(rec)}))
@@ -211,7 +214,7 @@ def test_t7s_pairs_sentence_counts_which_side_each_interval_favours():
             'lora,probe,all-models fit,m2,"MAE (tokens) (median, median)",1,100.0,3,90.0 ± 1.0,"10.0 [5.0, 15.0]",0.99,300\n'
             'lora,probe,own fit,m1,"Spearman (y_pred, y_pred)",1,0.70,3,0.65 ± 0.01,"0.050 [−0.010, 0.090]",0.06,300\n')
     text = castillo_pairs_sentence(Results(REPO_ROOT, "x", overlay={PAIRS: head + rows}))
-    assert text.startswith("lora against probe, paired on the same test prompts (lora: 1 seed(s), probe: 3;")
+    assert text.startswith("lora against probe, paired on the same test prompts (lora: 1 seed, probe: 3 seeds;")
     assert "all-models fit, Spearman: the interval favours lora on 1 of 3 models, probe on 1, neither on 1" in text
     assert "all-models fit, MAE: the interval favours lora on 1 of 2 models, probe on 1, neither on 0" in text
     assert "own fit, Spearman on m1: +0.050 [−0.010, +0.090]" in text

@@ -21,6 +21,10 @@ def _side(metric: str, lo: float, hi: float) -> str:
     return "head" if better else "reference" if worse else "neither"
 
 
+def _seeds(n: object) -> str:
+    return f"{n} seed" + ("" if str(n) == "1" else "s")
+
+
 @helper
 def castillo_pairs_sentence(res: Results) -> str:
     """Per (head, reference, fit kind) and metric: on how many of the scored models the paired interval favours
@@ -32,7 +36,7 @@ def castillo_pairs_sentence(res: Results) -> str:
         if scored.empty:
             continue
         n_head, n_ref = scored["Head's seeds"].iloc[0], scored["Reference's seeds"].iloc[0]
-        seeds = f"{head}: {n_head} seed(s), {ref}: {n_ref}"
+        seeds = f"{head}: {_seeds(n_head)}, {ref}: {_seeds(n_ref)}"
         parts = []
         for (fit, metric), h in g.groupby(["Fit", METRIC], sort=False):
             cells = [(m, parse_cell(str(c))) for m, c in zip(h["Model"], h[DIFF], strict=True)]

@@ -10,6 +10,12 @@ from docsgen.studies import DATA
 SUMMARY = f"{DATA}/t7-castillo/castillo_summary.json"
 
 
+def _count(ids: object) -> str:
+    """The run records the test prompts with a twin as their ids (an older record: their count)."""
+    n = len(ids) if isinstance(ids, list) else int(ids)  # type: ignore[call-overload]
+    return "none" if n == 0 else f"{n:,}"
+
+
 @helper
 def castillo_split(res: Results) -> str:
     """How many prompts each part holds, the near-duplicate rule the split grouped by, how many groups it
@@ -33,7 +39,8 @@ def castillo_split(res: Results) -> str:
                     f"near-duplicates when their sets of word {rule['ngram']}-grams reach Jaccard "
                     f"{rule['threshold']:g}, and a group is a connected component of that relation "
                     f"({near['groups_over_one']} groups of two or more, {near['prompts_in_them']} prompts).")
-    twins = [f"at Jaccard ≥ {k.rsplit('_', 1)[1]}: {v}" for k, v in near.items() if k.startswith("test_with_twin_at_")]
+    twins = [f"at Jaccard ≥ {k.rsplit('_', 1)[1]}: {_count(v)}" for k, v in near.items()
+             if k.startswith("test_with_twin_at_")]
     twin_text = f" Test prompts with a train or validation twin, {'; '.join(twins)}." if twins else ""
     cut_text = (f" {cut} prompts longer than {limit} tokens are cut to {limit} for the prefill "
                 "(`lengthpred.prompting.truncate` keeps their start and their end)." if limit else
