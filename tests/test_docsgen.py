@@ -140,7 +140,7 @@ def test_the_gap_sentence_says_reached_only_where_every_interval_says_so():
                                                             _DATA + TREND: trend.format(gain=gain)}))
 
     assert ending("+0.012 [-0.002, +0.026]").endswith(
-        "No curve is shown to be still rising (every last doubling's interval reaches zero), so the bench trace "
+        "No curve is shown to be still rising (every last doubling's interval includes zero or lies below it), so the bench trace "
         "was not extended.")
     assert ending("+0.020 [+0.004, +0.036]").endswith(
         "b's curve is still rising (its last doubling's interval lies above zero): a longer bench trace "
@@ -220,3 +220,31 @@ def test_t7s_pairs_sentence_counts_which_side_each_interval_favours():
     assert "own fit, Spearman on m1: +0.050 [−0.010, +0.090]" in text
     with pytest.raises(DocsInputError, match="no row with a difference"):
         castillo_pairs_sentence(Results(REPO_ROOT, "x", overlay={PAIRS: head + rows.splitlines(True)[0]}))
+
+
+def test_the_readme_layer_sentence_reads_validation_only():
+    from docsgen.pages.layer_choice import CHOSEN, PER_LAYER, layer_choice_sentence
+
+    chosen = ("Head,Pooling,Layers swept,Chosen layer,Val Spearman\n"
+              "linear,last,31,18,0.785\nprobe,last,31,20,0.790\n")
+    per = ("layer,linear val,linear test,probe val,probe test\n"
+           '18,0.785,"0.732 [0.680, 0.780]",0.780,"0.7 [0.6, 0.8]"\n'
+           '20,0.779,"0.747 [0.696, 0.793]",0.790,"0.75 [0.7, 0.8]"\n')
+    text = layer_choice_sentence(Results(REPO_ROOT, "x", overlay={CHOSEN: chosen, PER_LAYER: per}))
+    assert text == ("validation would choose layer 18 for the linear readout (validation Spearman 0.785 against "
+                    "0.779 at 20) and layer 20 for the probe too (validation Spearman 0.790)")
+    assert "0.732" not in text  # no test score beside the choice
+
+
+def test_the_gap_noise_sentence_reads_the_committed_table_shape():
+    from docsgen.pages.gap import _DATA, NOISE, gap_noise
+
+    head = ("prompts,n,share of test,with a capped sample,sample spread (log) [95% CI],standard error of the target "
+            "(log),median abs log error,error within 2 SE of their own target\n")
+    rows = ('every head off by > 2×,57,0.119,0.23,"0.36 [0.29, 0.57]",0.21,1.00,0.19\n'
+            'the rest,423,0.881,0.48,"0.39 [0.36, 0.46]",0.23,0.24,0.67\n')
+    text = gap_noise(Results(REPO_ROOT, "x", overlay={_DATA + NOISE: head + rows}))
+    assert text.startswith("Of the prompts every head gets wrong, 19% have an error within 2 standard errors")
+    empty = head + "every head off by > 2×,0,0,—,—,—,—,—\n" + rows.splitlines(True)[1]
+    assert gap_noise(Results(REPO_ROOT, "x", overlay={_DATA + NOISE: empty})) == (
+        "No test prompt is missed by every head.")

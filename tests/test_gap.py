@@ -152,10 +152,15 @@ def test_the_learning_curve_figure_draws_a_head_fitted_on_the_full_train_set_onl
     monkeypatch.setattr(plots.plt, "close", figs.append)  # keep the figure to read it back
     points = pd.DataFrame({"head": ["a"] * 4, "n_train": [10, 10, 20, 20], "test_spearman": [0.5, 0.6, 0.7, 0.72]})
     plots.learning_curve_figure(points, {"a": (0.8, 1.0, 0.5)}, 0.9, 0.9, tmp_path / "c.png",
-                                others={"lora": [0.80, 0.84, float("nan")], "none": [float("nan")]}, others_at=25)
+                                others={"lora": [0.80, 0.84, float("nan")], "none": [float("nan")]}, others_at=25,
+                                ceiling_ci=(0.85, 0.95))
     ax = figs[0].axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "lora (full train set only, mean over seeds)" in labels and not any(x.startswith("none") for x in labels)
+    band = [p for p in ax.patches if p.get_label() == "the ceiling's 95% interval"]
+    assert len(band) == 1 and labels.index("the ceiling's 95% interval") == labels.index("noise ceiling (test)") + 1
+    ys = band[0].get_patch_transform().transform(band[0].get_path().vertices)[:, 1]  # Rectangle or Polygon alike
+    assert min(ys) == pytest.approx(0.85) and max(ys) == pytest.approx(0.95)
     diamonds = [c for c in ax.collections if (c.get_offsets()[:, 0] == 25).all()]
     assert sorted(np.vstack([c.get_offsets() for c in diamonds])[:, 1].round(2).tolist()) == [0.8, 0.82, 0.84]
     assert {tuple(c.get_facecolor()[0]) for c in diamonds} != {tuple(ax.collections[0].get_facecolor()[0])}
@@ -198,3 +203,4 @@ def test_the_noise_sentence_says_what_the_noise_table_shows():
         "against 67% of the rest: most of these misses are larger than their own samples' noise explains.")
     assert noise_sentence(57, 0.6, 423, 0.67).endswith("their own samples' noise could explain most of these misses.")
     assert noise_sentence(0, math.nan, 480, 0.6) == "No test prompt is missed by every head."
+    assert noise_sentence(5, math.nan, 475, 0.6) == "The noise table has no within-2-SE share to compare."

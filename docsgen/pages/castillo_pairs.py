@@ -57,4 +57,5 @@ def castillo_pairs_sentence(res: Results) -> str:
     if not out:
         res.fail(PAIRS, "no row with a difference and its interval")
     return " ".join(out) + (" The models share their test prompts, so counts over models describe these fits; they "
-                            "are not tests.")
+                            "are not tests. The intervals carry the prompts' noise only: what another seed would "
+                            "give is not in them.")

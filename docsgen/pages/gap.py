@@ -76,7 +76,7 @@ def _rising(res: Results, trend) -> str:
     if rising:
         return (f"{_and(rising)}'s curve is still rising (its last doubling's interval lies above zero): a longer "
                 "bench trace (`make bench-trace` resumes it) would say more.")
-    return ("No curve is shown to be still rising (every last doubling's interval reaches zero), so the bench trace "
+    return ("No curve is shown to be still rising (every last doubling's interval includes zero or lies below it), so the bench trace "
             "was not extended.")
 
 

@@ -31,16 +31,19 @@ def layer_choice(res: Results, configured: int = 20) -> str:
 
 @helper
 def layer_choice_sentence(res: Results, configured: int = 20) -> str:
-    """The README's short form of `layer_choice`: each readout's validation-chosen layer beside the configured one,
-    validation and test Spearman of both."""
+    """The README's short form of `layer_choice`: the layer validation would choose for each readout, with its
+    validation Spearman beside the configured layer's (validation only: the choice is not made on test)."""
     chosen = res.csv(CHOSEN, columns=("Head", "Chosen layer"))
-    per = res.csv(PER_LAYER, columns=("layer", "linear val", "linear test", "probe val", "probe test"))
+    per = res.csv(PER_LAYER, columns=("layer", "linear val", "probe val"))
     at = res.row(PER_LAYER, per, layer=str(configured))
     parts = []
     for head in ("linear", "probe"):
         layer = res.row(CHOSEN, chosen, Head=head)["Chosen layer"]
+        name = "the linear readout" if head == "linear" else "the probe"
+        if str(layer) == str(configured):
+            parts.append(f"layer {configured} for {name} too (validation Spearman {at[f'{head} val']})")
+            continue
         r = res.row(PER_LAYER, per, layer=layer)
-        parts.append(f"{layer} for the {'linear readout' if head == 'linear' else head} (validation Spearman "
-                     f"{r[f'{head} val']} against {at[f'{head} val']} at "
-                     f"{configured}; test {r[f'{head} test']} against {at[f'{head} test']})")
-    return "validation would choose layer " + " and ".join(parts)
+        parts.append(f"layer {layer} for {name} (validation Spearman {r[f'{head} val']} against "
+                     f"{at[f'{head} val']} at {configured})")
+    return "validation would choose " + " and ".join(parts)

@@ -129,6 +129,8 @@ def noise_sentence(wrong_n: int, wrong_within_2se: float, rest_n: int, rest_with
         return "No test prompt is missed by every head."
     if not rest_n:
         return "Every head misses every test prompt."
+    if math.isnan(wrong_within_2se) or math.isnan(rest_within_2se):
+        return "The noise table has no within-2-SE share to compare."
     verdict = ("most of these misses are larger than their own samples' noise explains" if wrong_within_2se < 0.5
                else "their own samples' noise could explain most of these misses")
     return (f"Of the prompts every head gets wrong, {wrong_within_2se:.0%} have an error within 2 standard errors of "

@@ -204,7 +204,8 @@ def render(cfg: DictConfig, pf: pd.DataFrame, trends: dict[str, Trend], bd: pd.D
     lines = [f"## Does any head reach {share:.2f} of the noise ceiling? ({cfg.model.name} on {cfg.data.name}, pooled test)",
              "",
              f"Each head at its full train set: its test Spearman averaged over its seeds (the curve heads: their "
-             "draws at the full train set, which differ only in initialisation) and that mean's share of the test "
+             "draws at the full train set, which differ only in initialisation, so a head with none repeats one "
+             "fit) and that mean's share of the test "
              f"noise ceiling ({_ci(t0.ceiling, *t0.ceiling_ci)}), 95% bootstrap intervals over test prompts (the same "
              "replicates for the heads and the ceiling) in which each head's seeds are also redrawn; reached where the "
              f"share's interval lies at or above {share:.2f}, not reached where it lies below, else not shown either "
