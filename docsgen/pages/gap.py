@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from docsgen.numbers import Stat, parse_cell
 from docsgen.registry import helper
 from docsgen.results import Results
 from lengthpred.eval.error_breakdown import noise_sentence
@@ -23,9 +24,11 @@ def _reach_phrase(r) -> str:
     return f"{r['head']} {r['share of the ceiling [95% CI]']} of the ceiling ({r['0.90 of the ceiling']})"
 
 
-def _point(cell: object) -> float:
-    """The point of a 'value [low, high]' cell (or of a bare value)."""
-    return float(str(cell).split(" [")[0])
+def _stat(res: Results, rel: str, what: str, cell: object) -> Stat:
+    stat = parse_cell(str(cell))
+    if stat is None:
+        res.fail(rel, f"{what}: {cell!r} is not a number")
+    return stat
 
 
 @helper
@@ -65,13 +68,13 @@ def gap_summary(res: Results) -> str:
 
 def _rising(res: Results, trend) -> str:
     """Whether any curve is shown to be still rising: its last doubling's gain interval lies above zero."""
+    gain = "gain over the last doubling [95% CI]"
     rising = []
     for _, t in trend.iterrows():
-        m = re.fullmatch(r"\S+ \[(?P<low>[^,]+), [^\]]+\]", str(t["gain over the last doubling [95% CI]"]).strip())
-        if m is None:
-            res.fail(_DATA + TREND, f"gain over the last doubling: {t['gain over the last doubling [95% CI]']!r} "
-                     "is not 'gain [low, high]'")
-        if float(m["low"].replace("−", "-")) > 0:
+        stat = _stat(res, _DATA + TREND, gain, t[gain])
+        if not stat.has_interval:
+            res.fail(_DATA + TREND, f"{gain}: {t[gain]!r} has no interval")
+        if stat.lo > 0:
             rising.append(str(t["head"]))
     if rising:
         return (f"{_and(rising)}'s curve is still rising (its last doubling's interval lies above zero): a longer "
@@ -93,7 +96,7 @@ def gap_trend(res: Results, head: str) -> dict:
     if m is None:
         res.fail(_DATA + TREND, f"train prompts to reach the target: {need!r} is not 'n [low, high]'")
     return {"asymptote": str(row["asymptote a [95% CI]"]).split(" [")[0], "need": m["point"],
-            "share": f"{float(row['target']) / _point(row['noise ceiling (test)']):.2f}",
+            "share": f"{float(row['target']) / _stat(res, _DATA + TREND, 'ceiling', row['noise ceiling (test)']).value:.2f}",
             "interval": f"95% CI {m['low']} to {m['high']}",
             "had": f"{max(int(str(n).replace(',', '')) for n in curve['train prompts']):,}"}
 
@@ -106,6 +109,7 @@ def gap_noise(res: Results) -> str:
     wrong, rest = df.iloc[0], df.iloc[1]
 
     def share(v: object) -> float:
-        return float(v) if str(v) not in ("", "—") else float("nan")
+        stat = parse_cell(str(v))
+        return stat.value if stat is not None else float("nan")
 
     return noise_sentence(int(wrong["n"]), share(wrong[within]), int(rest["n"]), share(rest[within]))
