@@ -2,15 +2,22 @@
 prompts, as extraction writes them) and from the compacted store (one memory-mapped Arrow file per column), and
 what the per-load verification costs once every file has been checked.
 
-    .venv/bin/python benchmarks/bench_store_compaction.py                  # 10,000 prompts, d=576 (SmolLM2-135M)
+    .venv/bin/python benchmarks/bench_store_compaction.py                  # 10,000 prompts, d=576, 8 columns a part
+    .venv/bin/python benchmarks/bench_store_compaction.py --columns 279 --tokens 64   # SmolLM2-135M's default set
+    .venv/bin/python benchmarks/bench_store_compaction.py --d 4096 --columns 54       # Llama-3.1-8B's trimmed set
     .venv/bin/python benchmarks/bench_store_compaction.py --n 2000 --reps 3
+
+The share a verification takes depends on the store's shape: its cost is a stat per file (a part, and its
+token-level file where there is one), while a part's load grows with the part's header (one entry per column) and
+the column's width, so a store of few narrow columns is the worst case.
 
 No model runs: random float16 columns are written with the store's own writer (`write_part`), so the layout,
 checksums and verification record are what an extraction leaves. Timings are the median of `--reps` loads, each
 in this warm process with the files in the page cache (a cold disk makes the parts layout slower still: it opens
 N/16 files per column, the compacted store one). Reported: a "load" is `load_features(store)` plus `.get(column)`;
 "verification" is the check such a load makes: for the parts, the very `check_parts` call of `intact_parts`
-(one stat per part, its digest file's presence read from the folder listing the load makes anyway); for a compacted
+(one stat per part file, its digest file's presence read from the folder listing the load makes anyway, all compared
+at once with the record's seal); for a compacted
 store, `VerifiedFiles.check` of its two files (each and its digest file stat-ed); each compared with the record,
 nothing read or re-hashed, with reading the record itself reported apart (a load reads it
 anyway: it also lists each part's ids), and, for the first load, the one full hash of every file.
@@ -34,6 +41,8 @@ from lengthpred.features.compact import COMPACT, IDS, column_file
 from lengthpred.features.maintenance import compact_store
 from lengthpred.features.store import (
     MANIFEST,
+    PART_SUFFIX,
+    TOKENS_SUFFIX,
     atomic_write_json,
     check_parts,
     listed_parts,
@@ -44,8 +53,18 @@ from lengthpred.features.store import (
 from lengthpred.integrity import VerifiedFiles
 from lengthpred.machine import record
 
+POOLS = ("last", "mean", "max", "entropy", "attn", "fused_a", "fused_b", "fused_c", "fused_d")  # 9 x 31 layers = 279
 
-def write_store(root: Path, n: int, d: int, columns: list[str], batch: int) -> None:
+
+def token_states(b: int, tokens: int, d: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    """A part's token-level file as extraction writes it for one token layer: `tokens` prompt tokens a prompt."""
+    n = b * tokens
+    return {"hs.L20": torch.from_numpy(rng.standard_normal((n, d)).astype(np.float16)),
+            "entropy": torch.rand(n), "attn": torch.rand(n), "span": torch.ones(n, dtype=torch.uint8),
+            "offsets": torch.arange(0, n + 1, tokens)}
+
+
+def write_store(root: Path, n: int, d: int, columns: list[str], batch: int, tokens: int = 0) -> None:
     rng = np.random.default_rng(0)
     ids = [f"p{i:06d}" for i in range(n)]
     atomic_write_json(root / MANIFEST, {"ids": ids, "columns": {c: d for c in columns}, "dtype": "float16",
@@ -53,7 +72,7 @@ def write_store(root: Path, n: int, d: int, columns: list[str], batch: int) -> N
     for k in range(0, n, batch):
         chunk = ids[k:k + batch]
         cols = {c: torch.from_numpy(rng.standard_normal((len(chunk), d)).astype(np.float16)) for c in columns}
-        write_part(root, chunk, cols, shard=(0, 1))
+        write_part(root, chunk, cols, token_states(len(chunk), tokens, d, rng) if tokens else None, shard=(0, 1))
 
 
 def median_time(fn, reps: int) -> float:
@@ -88,7 +107,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=10_000, help="prompts")
     ap.add_argument("--d", type=int, default=576, help="hidden size (SmolLM2-135M: 576; Llama-3.1-8B: 4096)")
-    ap.add_argument("--columns", type=int, default=8, help="columns per part (the default set has 279 at d=576)")
+    ap.add_argument("--columns", type=int, default=8,
+                    help="columns per part, up to 279 (the default feature set of SmolLM2-135M: 31 hidden_states "
+                         "indices x 9 pools; Llama-3.1-8B's trimmed default set: 9 x 6 = 54)")
+    ap.add_argument("--tokens", type=int, default=0,
+                    help="token-level states per part, this many tokens a prompt (0: none; the default feature "
+                         "set keeps layer 20 token by token, so each part has a second file to verify)")
     ap.add_argument("--batch", type=int, default=16, help="prompts per part (features.batch_size)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--keep", type=Path, help="build the store here and keep it (default: a temp folder)")
@@ -96,20 +120,22 @@ def main() -> None:
                                              "docs/results/data/scale/store_compaction.json)")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
-    columns = [f"hs.L{layer}.{pool}" for layer in range(0, 31, 8) for pool in ("last", "mean")][: args.columns]
+    columns = [f"hs.L{layer}.{pool}" for layer in range(31) for pool in POOLS][: args.columns]
     col = columns[0]
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench_store_"))
     try:
         t0 = time.perf_counter()
-        write_store(root, args.n, args.d, columns, args.batch)
+        write_store(root, args.n, args.d, columns, args.batch, args.tokens)
         write_s = time.perf_counter() - t0
         parts = part_files(root)
+        token_files = [str(p).removesuffix(PART_SUFFIX) + TOKENS_SUFFIX for p in parts]
         t0 = time.perf_counter()
         load_features(root)  # the first load hashes every part once and records it
         first_s = time.perf_counter() - t0
         before = median_time(lambda: load_features(root).get(col), args.reps)
         verify_before, record_before = verification_time(parts, root, args.reps, listed_parts(root)[1])
         names = [os.fspath(p) for p in parts]
+        names += [t for t in token_files if os.path.exists(t)]
         stat_before = median_time(lambda: [os.stat(p) for p in names], args.reps)  # the syscalls alone
         t0 = time.perf_counter()
         compact_store(root)
@@ -121,7 +147,8 @@ def main() -> None:
         same = np.array_equal(load_features(root).get(col), load_features(root).read(col).astype(np.float32))
         out = {
             "prompts": args.n, "d": args.d, "columns_per_part": len(columns), "parts": len(parts),
-            "store_mb": round(sum(p.stat().st_size for p in parts) / 1e6, 1),
+            "token_files": sum(os.path.exists(p) for p in token_files),
+            "store_mb": round(sum(os.path.getsize(p) for p in names) / 1e6, 1),
             "write_s": round(write_s, 2), "first_load_s (hashes every part once)": round(first_s, 3),
             "column_load_s parts": round(before, 4), "column_load_s compacted": round(after, 4),
             "speedup": round(before / after, 1), "compact_s": round(compact_s, 2),

@@ -235,3 +235,86 @@ def test_checking_many_files_agrees_with_checking_each(tmp_path, monkeypatch):
     assert many == each
     assert many[:2] == [None, None] and "checksum mismatch" in many[2]
     assert "no stored digest" in many[3] and "unreadable" in many[4] and many[5] is None
+
+
+def _sealed_folder(tmp_path, n=5):
+    folder = tmp_path / "f"
+    folder.mkdir()
+    paths = []
+    for i in range(n):
+        f = folder / "sub" / f"p{i}.bin"
+        f.parent.mkdir(exist_ok=True)
+        f.write_bytes(bytes([i]) * 64)
+        integrity.write_checksum(f)
+        paths.append(os.fspath(f))
+    listed = {os.fspath(p) for p in (folder / "sub").iterdir()}
+    verified = integrity.VerifiedFiles(folder)
+    assert verified.check_all(paths, listed) == [None] * n
+    verified.save()
+    assert json.loads((folder / integrity.VERIFIED).read_text())[integrity.SEAL]["files"] == [
+        f"sub/p{i}.bin" for i in range(n)]
+    return folder, paths, listed
+
+
+def test_a_sealed_load_compares_once_and_reads_nothing(tmp_path, monkeypatch):
+    folder, paths, listed = _sealed_folder(tmp_path)
+    monkeypatch.setattr(integrity, "file_digest", lambda p: pytest.fail(f"{p} re-hashed"))
+    monkeypatch.setattr(integrity.VerifiedFiles, "check", lambda *a, **k: pytest.fail("checked one by one"))
+    assert integrity.VerifiedFiles(folder).check_all(paths, listed) == [None] * len(paths)
+
+
+def _touch(p):
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+
+def _flip(p):
+    with open(p, "r+b") as f:
+        f.write(b"\xff")
+    _touch(p)
+
+
+@pytest.mark.parametrize("change", ["touched", "flipped", "digest gone", "file gone", "one more file",
+                                    "another order", "folder moved", "forgotten"])
+def test_a_seal_is_trusted_only_for_exactly_what_it_sealed(tmp_path, monkeypatch, change):
+    folder, paths, listed = _sealed_folder(tmp_path)
+    if change == "touched":
+        _touch(paths[1])
+    elif change == "flipped":
+        _flip(paths[2])
+    elif change == "digest gone":
+        listed.discard(paths[3] + integrity.CHECKSUM_SUFFIX)
+    elif change == "file gone":
+        os.unlink(paths[4])
+    elif change == "one more file":
+        extra = folder / "sub" / "p9.bin"
+        extra.write_bytes(b"new")
+        paths.append(os.fspath(extra))  # no digest: never trusted
+        listed.add(paths[-1])
+    elif change == "another order":
+        paths.reverse()
+    elif change == "folder moved":
+        moved = tmp_path / "moved"
+        folder.rename(moved)
+        folder, paths = moved, [p.replace(os.fspath(tmp_path / "f"), os.fspath(moved)) for p in paths]
+        listed = {p.replace(os.fspath(tmp_path / "f"), os.fspath(moved)) for p in listed}
+    elif change == "forgotten":
+        v = integrity.VerifiedFiles(folder)
+        v.forget(paths[0])
+        v.save()
+        assert integrity.SEAL not in json.loads((folder / integrity.VERIFIED).read_text())
+    each = [integrity.VerifiedFiles(folder).check(p, has_digest=p + integrity.CHECKSUM_SUFFIX in listed)
+            for p in paths]
+    calls = []
+    real = integrity.VerifiedFiles.check
+    monkeypatch.setattr(integrity.VerifiedFiles, "check", lambda self, p, **k: calls.append(p) or real(self, p, **k))
+    assert integrity.VerifiedFiles(folder).check_all(paths, listed) == each
+    # a moved store keeps its seal (its files are recorded relative to it, as each file's own entry is); any other
+    # change is outside the seal: every file is then checked on its own
+    assert calls == ([] if change == "folder moved" else paths)
+    caught = {"touched": [None] * 5, "another order": [None] * 5, "folder moved": [None] * 5,
+              "forgotten": [None] * 5}
+    if change in caught:
+        assert each == caught[change]
+    else:
+        assert sum(w is not None for w in each) == 1

@@ -130,9 +130,9 @@ def check_parts(parts: Sequence[Path], listed: set[str], verified: VerifiedFiles
     paths = [os.fspath(p) for p in parts]
     tokens = [_tokens_name(p) for p in paths]
     with_tokens = [t for t in tokens if t in listed]
-    token_why = dict(zip(with_tokens, verified.check_all(with_tokens, listed), strict=True))
-    return [(p, t, why, token_why.get(t))
-            for p, t, why in zip(paths, tokens, verified.check_all(paths, listed), strict=True)]
+    why = verified.check_all(paths + with_tokens, listed)  # one call: one seal for the whole load
+    token_why = dict(zip(with_tokens, why[len(paths):], strict=True))
+    return [(p, t, w, token_why.get(t)) for p, t, w in zip(paths, tokens, why[:len(paths)], strict=True)]
 
 
 def intact_parts(root: Path) -> list[tuple[Path, list[str]]]:
