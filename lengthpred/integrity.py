@@ -30,6 +30,7 @@ import re
 import shutil
 import time
 import uuid
+from array import array
 from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
 from operator import add, attrgetter
@@ -217,8 +218,16 @@ def claim_json(path: str | Path, record: dict[str, Any]) -> dict[str, Any] | Non
 
 VERIFIED = ".verified.json"  # file (relative to its folder) -> [size, mtime_ns, None, extra] as last checked (an
 #                                entry from before, with its digest file's stamp in the third slot, is re-hashed once)
-SEAL = ""  # the record's key for the last `check_all` that passed every file: no file's relative path is empty
+SEAL = ""  # the record's key for the seals (`check_all`): no file's relative path is empty
 _STAMP = attrgetter("st_size", "st_mtime_ns")
+
+
+def _fingerprint(keys: list[str], stamps: list[int]) -> str:
+    """sha256 of a list of files (relative paths, in order) and their sizes and mtimes: a seal kept as one string,
+    so it adds nothing worth measuring to reading the record."""
+    h = hashlib.sha256("\0".join(keys).encode())
+    h.update(array("q", stamps).tobytes())
+    return h.hexdigest()
 
 
 class VerifiedFiles:
@@ -236,8 +245,8 @@ class VerifiedFiles:
             self._seen: dict[str, list[Any]] = json.loads(self._file.read_text())
         except (OSError, ValueError):
             self._seen = {}
-        seal = self._seen.pop(SEAL, None)
-        self._seal: dict[str, list] | None = seal if isinstance(seal, dict) else None
+        seals = self._seen.pop(SEAL, None)
+        self._seals: dict[str, dict[str, list]] = seals if isinstance(seals, dict) else {}
         self._dirty = False
 
     def _key(self, path: str | Path) -> str:
@@ -266,42 +275,42 @@ class VerifiedFiles:
             return "unreadable"
         if actual != digest:
             self._seen.pop(key, None)
-            self._seal, self._dirty = None, True
+            self._seals, self._dirty = {}, True
             return "checksum mismatch (the file changed after it was written)"
         self._seen[key] = [st.st_size, st.st_mtime_ns, None, None]
         self._dirty = True
         return None
 
-    def check_all(self, paths: Sequence[str], listed: set[str]) -> list[str | None]:
+    def check_all(self, paths: Sequence[str], listed: set[str], seal: str = "") -> list[str | None]:
         """`check` of each of `paths`, whose digest files' presence `listed` says (a listing the caller made anyway):
         a file recorded as checked costs one stat and a comparison, nothing else. When every one of `paths` passes,
-        the record keeps them with their sizes and mtimes as a seal; a later call with the same paths, each still of
-        that size and mtime and with its digest file listed, compares the whole list at once (the per-file
-        comparisons in Python cost about as much as the stats themselves on a store of small parts)."""
-        if self._sealed(paths, listed):
+        the record keeps them with their sizes and mtimes as the seal named `seal` (one per kind of file list, e.g.
+        a store's parts and its token-level files); a later call with the same paths, each still of that size and
+        mtime and with its digest file listed, compares the whole list at once (the per-file comparisons in Python
+        cost about as much as the stats themselves on a store of small parts)."""
+        if self._sealed(seal, paths, listed):
             return [None] * len(paths)
         out = [self.check(p, has_digest=p + CHECKSUM_SUFFIX in listed) for p in paths]
         if not any(out):
-            entries = [self._seen[self._key(p)] for p in paths]
-            self._seal = {"files": [self._key(p) for p in paths],
-                          "stamps": [x for e in entries for x in e[:2]]}
+            keys = [self._key(p) for p in paths]
+            stamps = [x for k in keys for x in self._seen[k][:2]]
+            self._seals[seal] = {"n": len(paths), "fingerprint": _fingerprint(keys, stamps)}
             self._dirty = True
         return out
 
-    def _sealed(self, paths: Sequence[str], listed: set[str]) -> bool:
-        """Whether the seal covers exactly `paths`, each unchanged since and with its digest file in `listed`:
-        what `check` would find of each, in one pass of C-level maps and list comparisons."""
-        seal, root = self._seal, self._prefix
-        if not seal or len(seal["files"]) != len(paths) or not all(map(str.startswith, paths, repeat(root))):
+    def _sealed(self, name: str, paths: Sequence[str], listed: set[str]) -> bool:
+        """Whether the seal `name` covers exactly `paths`, each unchanged since and with its digest file in
+        `listed`: what `check` would find of each, in one pass of C-level maps and list comparisons."""
+        seal, root = self._seals.get(name), self._prefix
+        if not seal or seal.get("n") != len(paths) or not all(map(str.startswith, paths, repeat(root))):
             return False
         n = len(root)
-        if [p[n:] for p in paths] != seal["files"]:
-            return False
         try:
             stamps = list(chain.from_iterable(map(_STAMP, map(os.stat, paths))))
         except OSError:
             return False
-        return stamps == seal["stamps"] and listed.issuperset(map(add, paths, repeat(CHECKSUM_SUFFIX)))
+        return (_fingerprint([p[n:] for p in paths], stamps) == seal.get("fingerprint")
+                and listed.issuperset(map(add, paths, repeat(CHECKSUM_SUFFIX))))
 
     def extra(self, path: str | Path) -> Any:
         """What `remember` stored for a checked file (None: nothing yet)."""
@@ -317,14 +326,14 @@ class VerifiedFiles:
 
     def forget(self, path: str | Path) -> None:
         if self._seen.pop(self._key(path), None) is not None:
-            self._seal, self._dirty = None, True
+            self._seals, self._dirty = {}, True
 
     def save(self) -> None:
         if not self._dirty:
             return
         try:
-            atomic_write_text(self._file, json.dumps(self._seen if self._seal is None else
-                                                     {**self._seen, SEAL: self._seal}))
+            atomic_write_text(self._file, json.dumps({**self._seen, SEAL: self._seals} if self._seals else
+                                                     self._seen))
             self._dirty = False
         except OSError as e:  # a read-only store: checked again next time
             log.debug("cannot record verified files in %s: %s", self._file, e)

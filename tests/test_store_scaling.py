@@ -251,8 +251,7 @@ def _sealed_folder(tmp_path, n=5):
     verified = integrity.VerifiedFiles(folder)
     assert verified.check_all(paths, listed) == [None] * n
     verified.save()
-    assert json.loads((folder / integrity.VERIFIED).read_text())[integrity.SEAL]["files"] == [
-        f"sub/p{i}.bin" for i in range(n)]
+    assert json.loads((folder / integrity.VERIFIED).read_text())[integrity.SEAL][""]["n"] == n
     return folder, paths, listed
 
 
@@ -318,3 +317,41 @@ def test_a_seal_is_trusted_only_for_exactly_what_it_sealed(tmp_path, monkeypatch
         assert each == caught[change]
     else:
         assert sum(w is not None for w in each) == 1
+
+
+def test_token_level_files_are_checked_when_token_states_are_read(tiny_model, tokenizer, tmp_path, monkeypatch):
+    root = extract_features(small(token_layers=(2,)), tiny_model, tokenizer, PROMPTS, out_dir=tmp_path / "s",
+                            progress=False)
+    first = load_features(root)
+    want = [first.token_states(2, i) for i in first.ids]
+    tokens = sorted(root.rglob("*.tokens.safetensors"))
+    stats = []
+    real = os.stat
+    monkeypatch.setattr(integrity.os, "stat", lambda p, *a, **k: stats.append(os.fspath(p)) or real(p, *a, **k))
+    fs = load_features(root)  # a pooled load stats the parts, not the token-level files it does not read
+    assert not {os.fspath(t) for t in tokens} & set(stats) and any(s.endswith(".safetensors") for s in stats)
+    monkeypatch.undo()
+    _flip(tokens[0])
+    before = fs.get("hs.L2.last")  # pooled columns still read: their parts are intact
+    with pytest.raises(DataError, match=r"token-level file\(s\) cannot be trusted .*checksum mismatch.*rerun "
+                                        r"scripts/extract.py"):
+        fs.token_states(2, fs.ids[0])
+    assert tokens[0].with_name(tokens[0].name + ".bad").is_file()  # moved aside with its part
+    with pytest.raises(DataError, match="features incomplete"):
+        load_features(root)
+    again = load_features(extract_features(small(token_layers=(2,)), tiny_model, tokenizer, PROMPTS, out_dir=root,
+                                           progress=False))
+    for a, b in zip([again.token_states(2, i) for i in again.ids], want, strict=True):  # both files recomputed
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(again.get("hs.L2.last"), before)
+
+
+def test_store_verify_checks_token_level_files_too(tiny_model, tokenizer, tmp_path):
+    from lengthpred.features.maintenance import verify_store
+
+    root = extract_features(small(token_layers=(2,)), tiny_model, tokenizer, PROMPTS, out_dir=tmp_path / "s",
+                            progress=False)
+    verify_store(root)
+    _flip(sorted(root.rglob("*.tokens.safetensors"))[-1])
+    with pytest.raises(DataError, match="token-level"):
+        verify_store(root)

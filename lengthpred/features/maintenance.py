@@ -16,8 +16,11 @@ log = logging.getLogger(__name__)
 
 
 def verify_store(root: str | Path) -> FeatureSet:
-    """Every part checked (once: `VerifiedFiles`), no prompt missing or stored twice; one line when not."""
-    return load_features(root)
+    """Every part and token-level file checked (once: `VerifiedFiles`), no prompt missing or stored twice; one line
+    when not."""
+    fs = load_features(root)
+    fs.check_token_files()
+    return fs
 
 
 def compact_store(root: str | Path) -> Path:

@@ -28,6 +28,7 @@ import logging
 import os
 import warnings
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -122,30 +123,34 @@ def _ids_damage(path: str, verified: VerifiedFiles) -> str | None:
     return None
 
 
-def check_parts(parts: Sequence[Path], listed: set[str], verified: VerifiedFiles
-                ) -> list[tuple[str, str, str | None, str | None]]:
-    """(part, its token-level file, why the part cannot be trusted, why its token-level file cannot) for each of
-    `parts`, as strings: what a load verifies, one stat per recorded file (`VerifiedFiles.check_all`), with each
-    digest file's presence read from `listed`, the listing the load makes anyway."""
-    paths = [os.fspath(p) for p in parts]
-    tokens = [_tokens_name(p) for p in paths]
-    with_tokens = [t for t in tokens if t in listed]
-    why = verified.check_all(paths + with_tokens, listed)  # one call: one seal for the whole load
-    token_why = dict(zip(with_tokens, why[len(paths):], strict=True))
-    return [(p, t, w, token_why.get(t)) for p, t, w in zip(paths, tokens, why[:len(paths)], strict=True)]
+def check_parts(parts: Sequence[Path], listed: set[str], verified: VerifiedFiles, *, tokens: bool = True
+                ) -> list[tuple[str | None, str | None]]:
+    """(why the part cannot be trusted, why its token-level file cannot) for each of `parts`: what a load verifies,
+    one stat per recorded file (`VerifiedFiles.check_all`), with each digest file's presence read from `listed`, the
+    listing the load makes anyway. `tokens=False` leaves the token-level files unchecked (None): a load of pooled
+    columns does not read them (`FeatureSet.check_token_files` checks them before token states are read)."""
+    paths = list(map(os.fspath, parts))
+    why = verified.check_all(paths, listed, seal="parts")
+    if not tokens:
+        return list(zip(why, repeat(None)))
+    with_tokens = [t for t in map(_tokens_name, paths) if t in listed]
+    token_why = dict(zip(with_tokens, verified.check_all(with_tokens, listed, seal="tokens"), strict=True))
+    return [(w, token_why.get(_tokens_name(p))) for p, w in zip(paths, why, strict=True)]
 
 
-def intact_parts(root: Path) -> list[tuple[Path, list[str]]]:
-    """(part, its ids) of every part that passes its checksum and reads, with its token-level file; a part
-    that fails (or has no digest to check) is moved aside (`.bad`, one line naming it) and its prompts count as
-    missing. Each file is hashed once; later loads compare its size and mtime (`check_parts`)."""
+def intact_parts(root: Path, *, tokens: bool = True) -> list[tuple[Path, list[str]]]:
+    """(part, its ids) of every part that passes its checksum and reads, with its token-level file (unless
+    `tokens=False`: see `check_parts`); a part that fails (or has no digest to check) is moved aside (`.bad`, one
+    line naming it) and its prompts count as missing. Each file is hashed once; later loads compare its size and
+    mtime (`check_parts`)."""
     out = []
     verified = VerifiedFiles(root)
     parts, listed = listed_parts(root)
-    for p, (path, tok, why, token_why) in zip(parts, check_parts(parts, listed, verified), strict=True):
+    for p, (why, token_why) in zip(parts, check_parts(parts, listed, verified, tokens=tokens), strict=True):
+        path = os.fspath(p)
         why = why or _ids_damage(path, verified) or token_why
         if why is not None:
-            for f in (Path(tok), p):
+            for f in (_tokens_path(p), p):
                 if f.is_file():
                     quarantine(f, why)
                 verified.forget(f)
@@ -196,6 +201,7 @@ class FeatureSet:
         self._parts_read = parts  # None with a compacted store: the parts are listed only for token states
         self._compact = compact
         self._where_map: dict[str, tuple[int, int]] | None = None
+        self._tokens_checked = False
         self.ids = list(ids)
         self.names: list[str] = list(manifest.get("columns", {}))
         self.skipped: dict[str, str] = manifest.get("skipped", {})
@@ -207,8 +213,32 @@ class FeatureSet:
     @property
     def _parts(self) -> list[tuple[Path, list[str]]]:
         if self._parts_read is None:
-            self._parts_read = intact_parts(self.root)
+            self._parts_read = intact_parts(self.root, tokens=False)
         return self._parts_read
+
+    def check_token_files(self) -> None:
+        """Check the parts' token-level files against their digests (once per set: the pooled load leaves them to
+        this); a damaged one is moved aside with its part, and one line says to rerun the extraction, which
+        recomputes both."""
+        if self._tokens_checked:
+            return
+        verified = VerifiedFiles(self.root)
+        listed = listed_parts(self.root)[1]
+        names = [_tokens_name(os.fspath(p)) for p, _ in self._parts]
+        present = [t for t in names if t in listed]
+        damaged = [(t, why) for t, why in zip(present, verified.check_all(present, listed, seal="tokens"),
+                                              strict=True) if why is not None]
+        for t, why in damaged:
+            for f in (t, t.removesuffix(TOKENS_SUFFIX) + PART_SUFFIX):
+                if os.path.isfile(f):
+                    quarantine(f, why)
+                verified.forget(f)
+        verified.save()
+        if damaged:
+            raise DataError(f"{self.root}: {len(damaged)} token-level file(s) cannot be trusted (e.g. "
+                            f"{Path(damaged[0][0]).name}: {damaged[0][1]}); moved aside with their parts: rerun "
+                            "scripts/extract.py (it resumes)")
+        self._tokens_checked = True
 
     @property
     def _where(self) -> dict[str, tuple[int, int]]:
@@ -270,7 +300,9 @@ class FeatureSet:
         missing = [i for i in ids if not self._has(i)]
         if missing:
             raise DataError(f"{len(missing)} ids have no stored features (e.g. {missing[:3]}) in {self.root}")
-        return FeatureSet(self.root, self.manifest, self._parts_read, ids, self._compact)
+        sub = FeatureSet(self.root, self.manifest, self._parts_read, ids, self._compact)
+        sub._tokens_checked = self._tokens_checked
+        return sub
 
     def token_inputs(self, layer: int, scalars: Sequence[str] = ("entropy", "attn")) -> list[np.ndarray]:
         """Per prompt (in `ids` order) [t, d + len(scalars)] float32: layer `layer`'s token-level states
@@ -282,6 +314,7 @@ class FeatureSet:
         for i, pid in enumerate(self.ids):
             k, r = self._where[pid]
             rows_by_part.setdefault(k, []).append((i, r))
+        self.check_token_files()
         for k, pairs in rows_by_part.items():
             path = _tokens_path(self._parts[k][0])
             if not path.is_file():
@@ -306,6 +339,7 @@ class FeatureSet:
     def token_states(self, layer: int, prompt_id: str) -> np.ndarray:
         """Token-level hidden states [t, d] of one prompt for a layer in `features.token_layers`."""
         k, r = self._where[prompt_id]
+        self.check_token_files()
         path = _tokens_path(self._parts[k][0])
         if not path.is_file():
             raise DataError(f"no token-level states stored in {self.root}; set features.token_layers")
@@ -357,7 +391,7 @@ def load_features(path: str | Path) -> FeatureSet:
     compact = open_compact(root, manifest.get("cache_key"))
     if compact is not None and set(expected) <= compact.row.keys():
         return FeatureSet(root, manifest, None, expected, compact)
-    parts = intact_parts(root)
+    parts = intact_parts(root, tokens=False)  # token-level files: checked when token states are read
     seen: set[str] = set()
     for p, ids in parts:
         dup = seen.intersection(ids)
