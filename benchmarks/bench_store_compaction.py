@@ -49,6 +49,7 @@ from lengthpred.features.store import (
     listed_parts,
     load_features,
     part_files,
+    to_float32,
     write_part,
 )
 from lengthpred.integrity import VerifiedFiles
@@ -150,7 +151,9 @@ def main() -> None:
         after = median_time(lambda: load_features(root).get(col), args.reps)
         folder = root / COMPACT
         verify_after, record_after = verification_time([folder / IDS, column_file(folder, col)], folder, args.reps)
-        same = np.array_equal(load_features(root).get(col), load_features(root).read(col).astype(np.float32))
+        stored = load_features(root).read(col)  # the column in its stored dtype, in memory
+        same = np.array_equal(load_features(root).get(col), stored.astype(np.float32))
+        convert = median_time(lambda: to_float32(stored), args.reps)  # what every load of it does last, either layout
         out = {
             "prompts": args.n, "d": args.d, "columns_per_part": len(columns), "parts": len(parts),
             "token_files": sum(os.path.exists(p) for p in token_files),
@@ -163,6 +166,7 @@ def main() -> None:
             "verification_pct_of_load parts": round(100 * verify_before / before, 2),
             "stat_only_pct_of_load parts": round(100 * stat_before / before, 2),
             "record_read_pct_of_load parts": round(100 * record_before / before, 2),
+            "float32_conversion_s (both layouts)": round(convert, 4),
             "verification_s compacted": round(verify_after, 6),
             "verification_pct_of_load compacted": round(100 * verify_after / after, 2),
             "record_read_pct_of_load compacted": round(100 * record_after / after, 2),

@@ -270,8 +270,8 @@ class FeatureSet:
             values = self._compact.values(name)  # memory-mapped, the store's row order
             if self.ids != self._compact.ids:
                 values = values[[self._compact.row[i] for i in self.ids]]
-            return _float32(values)
-        return _float32(self.read(name))
+            return to_float32(values)
+        return to_float32(self.read(name))
 
     def read(self, name: str) -> np.ndarray:
         """Column `name` [n, d] in `ids` order, in the dtype it is stored in (float16 by default), from the parts."""
@@ -351,7 +351,7 @@ class FeatureSet:
             return f.get_slice(name)[int(off[r]) : int(off[r + 1])].float().numpy()
 
 
-def _float32(values: np.ndarray) -> np.ndarray:
+def to_float32(values: np.ndarray) -> np.ndarray:
     """A float32 copy (torch converts float16 several times faster than numpy's `astype`)."""
     if values.dtype == np.float32:
         return np.array(values)
