@@ -248,3 +248,49 @@ def test_the_gap_noise_sentence_reads_the_committed_table_shape():
     empty = head + "every head off by > 2×,0,0,—,—,—,—,—\n" + rows.splitlines(True)[1]
     assert gap_noise(Results(REPO_ROOT, "x", overlay={_DATA + NOISE: empty})) == (
         "No test prompt is missed by every head.")
+
+
+def test_the_finetuned_fits_sentence_reads_the_runs_fit_records():
+    import json
+
+    from docsgen.pages.castillo_split import SUMMARY, castillo_finetuned_fits
+
+    def fit(head, model, seeds):
+        return {"head": head, "fit": model, "n_seeds": seeds, "status": "fitted"}
+
+    every = ["all-models", "meta-llama--Llama-3.1-8B-Instruct", "Qwen--Qwen2.5-7B-Instruct"]
+    fits = [fit("probe", m, 3) for m in every] + [fit(h, m, 1) for h in ("lora", "proxy_reg") for m in every[:2]]
+    text = castillo_finetuned_fits(Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps({"fits": fits})}))
+    assert text == "on the mean over models and on Llama-3.1-8B-Instruct's own lengths, one seed each"
+    fits = [f | {"n_seeds": 2} if f["head"] == "proxy_reg" else f for f in fits] + [fit("lora", every[2], 1)]
+    text = castillo_finetuned_fits(Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps({"fits": fits})}))
+    assert text.endswith("own lengths, 2 seeds")  # lora now fitted on every model: only proxy_reg's seeds count
+    with pytest.raises(DocsInputError, match="no head fitted on only some models"):
+        castillo_finetuned_fits(Results(REPO_ROOT, "x", overlay={SUMMARY: json.dumps({"fits": fits[:3]})}))
+
+
+def test_the_store_findings_follow_each_shapes_record():
+    import json
+
+    from docsgen.pages.scale import STORE, STORE_DEFAULT, STORE_LLAMA, store_findings
+
+    recs = {f: json.loads((REPO_ROOT / f).read_text()) for f in (STORE, STORE_DEFAULT, STORE_LLAMA)}
+
+    def findings(**changes) -> str:
+        overlay = {}
+        for f, rec in recs.items():
+            rec = json.loads(json.dumps(rec))
+            rec["result"].update(changes.get(f, {}))
+            overlay[f] = json.dumps(rec)
+        return store_findings(Results(REPO_ROOT, "x", overlay=overlay))
+
+    text = findings(**{STORE: {"verification_pct_of_load parts": 1.3, "stat_only_pct_of_load parts": 0.8},
+                       STORE_DEFAULT: {"verification_pct_of_load parts": 0.5, "speedup": 30.0},
+                       STORE_LLAMA: {"verification_pct_of_load parts": 0.6, "speedup": 3.5,
+                                     "float32_conversion_s (both layouts)": 0.04}})
+    assert "SmolLM2-135M's default feature set (279 columns of d=576 a part, with a token-level file): 0.50%" in text
+    assert "It is not for a narrow store" in text and "1.30%" in text and "leaving 0.20% for the rest" in text
+    assert "It makes it 3.5x faster for Llama-3.1-8B's default set" in text and "(0.0400 s)" in text
+    text = findings(**{STORE: {"verification_pct_of_load parts": 2.0, "stat_only_pct_of_load parts": 1.2}})
+    assert "the stats alone exceed the goal" in text
+    assert "It is not" not in findings(**{STORE: {"verification_pct_of_load parts": 0.9}})

@@ -46,3 +46,23 @@ def castillo_split(res: Results) -> str:
                 "(`lengthpred.prompting.truncate` keeps their start and their end)." if limit else
                 " No prompt is cut for the prefill (`features.max_prompt_tokens: null`).")
     return f"The shared split holds {parts}, stratified by dataset. {grouping}{twin_text}{cut_text}"
+
+
+@helper
+def castillo_finetuned_fits(res: Results) -> str:
+    """On which lengths the fine-tuned heads were fitted besides the mean over models, and with how many seeds, as
+    the run's fit records say (heads not fitted on every model: the proxies and lora)."""
+    fits = res.json(SUMMARY).get("fits")
+    if not isinstance(fits, list) or not fits:
+        res.fail(SUMMARY, "no `fits` list where the run's fit records should be")
+    models = {f["fit"] for f in fits if f.get("fit") != "all-models"}
+    by_head: dict[str, set[str]] = {}
+    for f in fits:
+        by_head.setdefault(f["head"], set()).add(f["fit"])
+    partial = {h: fs for h, fs in by_head.items() if "all-models" in fs and fs - {"all-models"} < models}
+    if not partial:
+        res.fail(SUMMARY, "no head fitted on only some models")
+    own = sorted({m.split("--", 1)[-1] for fs in partial.values() for m in fs - {"all-models"}})
+    seeds = sorted({int(f["n_seeds"]) for f in fits if f["head"] in partial and f.get("n_seeds")})
+    said = "one seed each" if seeds == [1] else f"{' or '.join(map(str, seeds))} seeds"
+    return f"on the mean over models and on {' and '.join(f'{m}' for m in own)}'s own lengths, {said}"

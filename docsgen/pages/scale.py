@@ -69,9 +69,9 @@ def _default_columns(res: Results, model: str | None) -> tuple[int, int, bool]:
     return layers * len(s.pool_names), d, bool(s.token_layers)
 
 
-def _shape(res: Results, rec: dict) -> str:
-    """What store a record measured, in words: its columns, width and token-level file, and which default set that
-    is (checked against the config, so a changed default cannot leave a stale label)."""
+def _shape_names(res: Results, rec: dict) -> tuple[str, str]:
+    """(a short name, the shape in words) of the store a record measured: its columns, width and token-level file,
+    and which default set that is (checked against the config, so a changed default cannot leave a stale name)."""
     t = rec["result"]
     said = (f"{t['columns_per_part']} columns of d={t['d']} a part"
             + (", with a token-level file" if t.get("token_files") else ""))
@@ -79,8 +79,13 @@ def _shape(res: Results, rec: dict) -> str:
     for model, name in ((None, "SmolLM2-135M's default feature set"),
                         ("llama-3.1-8b-instruct", "Llama-3.1-8B's default set, trimmed as extraction trims it")):
         if shape == _default_columns(res, model):
-            return f"{said} ({name})"
-    return said + " (a store cut to what a few heads read: the narrowest parts, so verification's largest share)"
+            return name, said
+    return "a narrow store, cut to what a few heads read", said
+
+
+def _shape(res: Results, rec: dict) -> str:
+    name, said = _shape_names(res, rec)
+    return f"{said} ({name})"
 
 
 def _store_rows(res: Results, rec: dict) -> list[str]:
@@ -109,26 +114,32 @@ def _pct(x: float) -> str:
 @helper
 def store_findings(res: Results) -> str:
     """What the three store shapes say of the two store goals, rendered from their records."""
-    recs = [res.json(f) for f in (STORE_DEFAULT, STORE_LLAMA, STORE)]
-    shapes = [(_shape(res, r).split(" (")[0], r["result"]) for r in recs]
-    met = [f"{name} ({_pct(t['verification_pct_of_load parts'])})" for name, t in shapes
+    shapes = []
+    for f in (STORE_DEFAULT, STORE_LLAMA, STORE):
+        rec = res.json(f)
+        name, said = _shape_names(res, rec)
+        shapes.append((f"{name} ({said})", rec["result"] | {"batch": rec["settings"]["batch"]}))
+    met = [f"{name}: {_pct(t['verification_pct_of_load parts'])}" for name, t in shapes
            if t["verification_pct_of_load parts"] <= 1]
-    missed = [(name, t) for name, t in shapes if t["verification_pct_of_load parts"] > 1]
-    out = [f"A parts load's verification is within 1% of the load for {', '.join(met) or 'no shape measured'}"]
-    for name, t in missed:
-        out.append(f"; not for {name} ({_pct(t['verification_pct_of_load parts'])}), where a part's load is "
-                   f"smallest and the stats alone take {_pct(t['stat_only_pct_of_load parts'])}: one stat per part "
-                   "file cannot meet the goal there, and the compacted store does "
-                   f"({_pct(t['verification_pct_of_load compacted'])})")
-    slow = [(name, t) for name, t in shapes if t["speedup"] < 10]
-    fast = [f"{name} ({t['speedup']:.1f}x)" for name, t in shapes if t["speedup"] >= 10]
-    out.append(f". Compaction makes a column load at least 10x faster for {', '.join(fast) or 'no shape measured'}")
-    for name, t in slow:
+    out = [f"A parts load's verification is within 1% of the load for {'; '.join(met) or 'no shape measured'}"]
+    for name, t in shapes:
+        share, stats = t["verification_pct_of_load parts"], t["stat_only_pct_of_load parts"]
+        if share <= 1:
+            continue
+        floor = ("the stats alone exceed the goal" if stats > 1 else
+                 f"the stats alone take {_pct(stats)}, leaving {_pct(1 - stats)} for the rest of the check")
+        out.append(f". It is not for {name}: {_pct(share)}, where a part's load is smallest and {floor}; its "
+                   f"compacted store's is {_pct(t['verification_pct_of_load compacted'])}")
+    fast = [f"{name}: {t['speedup']:.1f}x" for name, t in shapes if t["speedup"] >= 10]
+    out.append(f". Compaction makes a column load at least 10x faster for {'; '.join(fast) or 'no shape measured'}")
+    for name, t in shapes:
+        if t["speedup"] >= 10:
+            continue
         conv = t["float32_conversion_s (both layouts)"]
-        out.append(f"; {t['speedup']:.1f}x for {name}, whose compacted load "
+        out.append(f". It makes it {t['speedup']:.1f}x faster for {name}, whose compacted load "
                    f"({t['column_load_s compacted']:.4f} s) is mostly the conversion to float32 that every load of "
-                   f"the column makes in either layout ({conv:.4f} s): what compaction removes, the opening of "
-                   "one file per 16 prompts, weighs less against a wide column")
+                   f"the column makes in either layout ({conv:.4f} s): what compaction removes, opening one file per "
+                   f"{t['batch']} prompts, weighs less against a wide column")
     return "".join(out) + "."
 
 
