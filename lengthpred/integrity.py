@@ -31,11 +31,13 @@ import shutil
 import time
 import uuid
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain, repeat
 from operator import add, attrgetter
 from pathlib import Path
 from typing import Any
+
+from safetensors import SafetensorError
 
 from lengthpred.locks import LEASE, alive, host_tag, locked
 
@@ -155,6 +157,20 @@ def write_checksum(path: str | Path, digest: str | None = None, *, target: str |
     digest = digest or file_digest(path)
     atomic_write_text(checksum_path(target or path), digest + "\n")
     return digest
+
+
+def save_tensors(save: Callable[..., None], tensors: dict[str, Any], path: str | Path, **kw: Any) -> None:
+    """`save(tensors, path, **kw)` with safetensors' `save_file` (torch or numpy), its I/O failures (a full disk, a
+    read-only folder) raised as the OSError they are, naming `path`, where safetensors raises its own error
+    type; the partly written file is removed."""
+    try:
+        save(tensors, str(path), **kw)
+    except SafetensorError as e:
+        code = re.search(r"os error (\d+)", str(e))
+        if code is None:
+            raise
+        Path(path).unlink(missing_ok=True)
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from e
 
 
 def publish(tmp: str | Path, path: str | Path) -> Path:

@@ -25,6 +25,7 @@ from lengthpred.stages.merge import MERGED_STAGES, job_config, merge_job
 
 MERGE_FILE = "merge.txt"
 _SLURM_KEYS = ("partition", "account", "qos", "constraint", "comment", "exclude")
+_GPU_KEYS = {"gres", "gpus", "gpus_per_node", "gpus_per_task", "gpus-per-node", "gpus-per-task", "gpu_bind"}
 
 
 def swept_shards(task_overrides: list[str]) -> bool:
@@ -37,6 +38,26 @@ def first_job_dir(sweep_dir: Path) -> Path | None:
     return jobs[0] if jobs else None
 
 
+def merge_parameters(launcher: dict[str, Any], cluster: str, stage: str) -> dict[str, Any]:
+    """The merge job's submitit parameters, from the array's launcher config: its time, cores, memory and, on
+    Slurm, where it runs and how it starts (`setup` lines such as activating the venv, `srun_args`, and the
+    `additional_parameters`), without the array's GPUs: the merge job reads and writes files only."""
+    params: dict[str, Any] = {"timeout_min": int(launcher.get("timeout_min") or 60), "cpus_per_task":
+                              int(launcher.get("cpus_per_task") or 1), "name": f"{stage}-merge"}
+    if launcher.get("mem_gb"):
+        params["mem_gb"] = int(launcher["mem_gb"])
+    if cluster == "slurm":
+        params |= {f"slurm_{k}": launcher[k] for k in _SLURM_KEYS if launcher.get(k)}
+        if launcher.get("setup"):
+            params["slurm_setup"] = list(launcher["setup"])
+        if launcher.get("srun_args"):
+            params["slurm_srun_args"] = list(launcher["srun_args"])
+        extra = {k: v for k, v in dict(launcher.get("additional_parameters") or {}).items() if k not in _GPU_KEYS}
+        if extra:
+            params["slurm_additional_parameters"] = extra
+    return params
+
+
 def run_merge(launcher: dict[str, Any], sweep_dir: Path, config: dict[str, Any], stage: str) -> str:
     """`merge_and_verify` as a job on the multirun's own submitit cluster, or here for other launchers."""
     target = str(launcher.get("_target_", ""))
@@ -47,13 +68,7 @@ def run_merge(launcher: dict[str, Any], sweep_dir: Path, config: dict[str, Any],
 
         cluster = "slurm" if target.endswith("SlurmLauncher") else "local"
         executor = submitit.AutoExecutor(folder=str(sweep_dir / ".submitit" / "merge"), cluster=cluster)
-        params: dict[str, Any] = {"timeout_min": int(launcher.get("timeout_min") or 60), "cpus_per_task":
-                                  int(launcher.get("cpus_per_task") or 1), "name": f"{stage}-merge"}
-        if launcher.get("mem_gb"):
-            params["mem_gb"] = int(launcher["mem_gb"])
-        if cluster == "slurm":
-            params |= {f"slurm_{k}": launcher[k] for k in _SLURM_KEYS if launcher.get(k)}
-        executor.update_parameters(**params)
+        executor.update_parameters(**merge_parameters(launcher, cluster, stage))
         ok, line = executor.submit(merge_job, config, stage).result()
     if not ok:
         raise LengthpredError(line)

@@ -59,3 +59,54 @@ def test_more_shards_than_prompts_is_one_line():
         check_shard_fits("0/8", 5)
     with pytest.raises(ConfigError, match="need 0 <= i < n"):
         check_shard_fits("3/2", 5)
+
+
+FULL = "Error while serializing: I/O error: No space left on device (os error 28)"  # safetensors' own error type
+
+
+def test_a_full_disk_while_writing_tensors_is_an_oserror_naming_the_file(tmp_path):
+    from safetensors import SafetensorError
+
+    from lengthpred.integrity import save_tensors
+
+    def full(tensors, path, **kw):
+        open(path, "wb").write(b"partial")
+        raise SafetensorError(FULL)
+
+    with pytest.raises(OSError) as e:
+        save_tensors(full, {}, tmp_path / "x.safetensors")
+    assert e.value.errno == 28 and e.value.filename == str(tmp_path / "x.safetensors")
+    assert not (tmp_path / "x.safetensors").exists()  # the partial file removed
+
+    def other(tensors, path, **kw):
+        raise SafetensorError("invalid tensor name")
+
+    with pytest.raises(SafetensorError):  # not an I/O failure: passed on as it is
+        save_tensors(other, {}, tmp_path / "y.safetensors")
+
+
+def test_a_full_disk_mid_extraction_is_one_line_naming_the_file(tiny_model, tokenizer, tmp_path, capsys, monkeypatch):
+    from safetensors import SafetensorError
+
+    from lengthpred.cli import stage
+    from lengthpred.features import store
+    from lengthpred.features.extract import extract_features
+    from lengthpred.features.settings import FeatureSettings
+
+    def full(tensors, path, **kw):
+        open(path, "wb").write(b"partial")
+        raise SafetensorError(FULL)
+
+    monkeypatch.setattr(store, "save_file", full)
+    prompts = [{"id": f"q{i}", "messages": [{"role": "user", "content": "word " * (3 + i)}]} for i in range(4)]
+    settings = FeatureSettings(layers=(0,), pools=("last",), fused=(), attn_layers=(), batch_size=2)
+
+    def main(cfg):
+        extract_features(settings, tiny_model, tokenizer, prompts, out_dir=tmp_path / "s", progress=False)
+
+    with pytest.raises(SystemExit) as e:
+        stage(main)(compose_cfg([]))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    assert "No space left on device" in err and f"cannot write {tmp_path / 's'}" in err
+    assert not list((tmp_path / "s").rglob("*.tmp"))  # no partial part left behind

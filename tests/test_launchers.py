@@ -152,3 +152,20 @@ def test_an_unwritable_run_folder_is_one_line(tmp_path, monkeypatch, capsys):
         RunDirGuard().on_run_start(OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path / "ro" / "run")}}}))
     err = capsys.readouterr().err
     assert e.value.code == 2 and f"cannot create the run folder {tmp_path / 'ro' / 'run'}: Read-only" in err
+
+
+def test_the_slurm_merge_job_starts_as_the_array_does_without_its_gpus():
+    from omegaconf import OmegaConf
+
+    from lengthpred.shard_merge import merge_parameters
+
+    launcher = OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf" / "hydra" / "launcher" / "slurm.yaml"))
+    launcher |= {"partition": "gpu", "account": "lab", "setup": ["source .venv/bin/activate"],
+                 "srun_args": ["--cpu-bind=none"], "additional_parameters": {"gres": "gpu:1", "mail_user": "a@b"}}
+    params = merge_parameters(launcher, "slurm", "extract")
+    assert params["slurm_setup"] == ["source .venv/bin/activate"] and params["slurm_srun_args"] == ["--cpu-bind=none"]
+    assert params["slurm_additional_parameters"] == {"mail_user": "a@b"}  # the array's GPU request is left out
+    assert params["slurm_partition"] == "gpu" and params["slurm_account"] == "lab" and params["name"] == "extract-merge"
+    assert not any("gpu" in k for k in params)
+    local = merge_parameters(launcher, "local", "extract")
+    assert not any(k.startswith("slurm_") for k in local) and local["timeout_min"] == launcher["timeout_min"]

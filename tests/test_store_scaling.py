@@ -268,8 +268,11 @@ def _touch(p):
 
 
 def _flip(p):
+    """Invert the file's first byte (an Arrow stream starts with 0xff: writing one would change nothing)."""
     with open(p, "r+b") as f:
-        f.write(b"\xff")
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))
     _touch(p)
 
 
@@ -355,3 +358,18 @@ def test_store_verify_checks_token_level_files_too(tiny_model, tokenizer, tmp_pa
     _flip(sorted(root.rglob("*.tokens.safetensors"))[-1])
     with pytest.raises(DataError, match="token-level"):
         verify_store(root)
+
+
+def test_store_verify_checks_every_compacted_column_and_the_parts_beside_them(store):
+    from lengthpred.features.maintenance import verify_store
+
+    folder = compact_store(store)
+    verify_store(store)
+    _flip(folder / "hs.L4.mean.arrow")  # a column no load has read yet
+    with pytest.raises(DataError, match=r"hs.L4.mean.arrow: checksum mismatch"):
+        verify_store(store)
+    compact_store(store)  # rewritten from the parts
+    verify_store(store)
+    _flip(part_files(store)[0])  # the columns read fine, a part beneath them is damaged
+    with pytest.raises(DataError, match="the parts lack 2 prompts the compacted columns hold"):
+        verify_store(store)

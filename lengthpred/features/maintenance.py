@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from lengthpred.errors import DataError
 from lengthpred.features.compact import write_compact
 from lengthpred.features.layout import repair
 from lengthpred.features.store import FeatureSet, intact_parts, load_features, read_manifest
@@ -16,9 +17,18 @@ log = logging.getLogger(__name__)
 
 
 def verify_store(root: str | Path) -> FeatureSet:
-    """Every part and token-level file checked (once: `VerifiedFiles`), no prompt missing or stored twice; one line
-    when not."""
+    """Every part and token-level file checked (once: `VerifiedFiles`), no prompt missing or stored twice, and a
+    compacted store's every column file too; one line when not."""
     fs = load_features(root)
+    if fs.compact is not None:  # the load read the compacted columns: check them all, and the parts beside them
+        for name in fs.compact.index["columns"]:
+            fs.compact.values(name)
+        stored = {i for _, ids in intact_parts(Path(root)) for i in ids}
+        missing = [i for i in fs.ids if i not in stored]
+        if missing:
+            raise DataError(f"{root}: the parts lack {len(missing)} prompts the compacted columns hold (e.g. "
+                            f"{missing[:3]}); rerun scripts/extract.py (it resumes), then `lengthpred store compact "
+                            f"{root}`")
     fs.check_token_files()
     return fs
 
@@ -29,7 +39,7 @@ def compact_store(root: str | Path) -> Path:
     root = Path(root)
     with locked(root / ".lock-compact"):
         fs = load_features(root)
-        if fs.compact is not None:  # already compacted from this very store
+        if fs.compact is not None and _columns_intact(fs):  # already compacted from this very store
             return fs.compact.folder
         manifest = read_manifest(root)
         columns = {name: fs.read(name) for name in fs.names}
@@ -37,6 +47,17 @@ def compact_store(root: str | Path) -> Path:
                                str(manifest.get("cache_key")))
     log.info("%s: %d columns of %d prompts compacted into %s", root, len(columns), len(fs.ids), folder)
     return folder
+
+
+def _columns_intact(fs: FeatureSet) -> bool:
+    """Whether every compacted column file checks out (one that does not is moved aside, saying so)."""
+    try:
+        for name in fs.compact.index["columns"]:  # type: ignore[union-attr]
+            fs.compact.values(name)  # type: ignore[union-attr]
+    except DataError as e:
+        log.warning("%s; compacting again from the parts", str(e).split(";")[0])
+        return False
+    return True
 
 
 def repair_store(root: str | Path) -> tuple[int, int]:

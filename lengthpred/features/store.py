@@ -46,6 +46,7 @@ from lengthpred.integrity import (
     atomic_write_text,
     publish,
     quarantine,
+    save_tensors,
     temp_path,
 )
 from lengthpred.names import hidden_name
@@ -79,11 +80,11 @@ def write_part(root: Path, ids: Sequence[str], columns: dict[str, torch.Tensor],
     if tokens:
         out = parts / f"{name}{TOKENS_SUFFIX}"
         tmp = temp_path(out)
-        save_file({k: v.contiguous() for k, v in tokens.items()}, str(tmp), metadata=meta)
+        save_tensors(save_file, {k: v.contiguous() for k, v in tokens.items()}, tmp, metadata=meta)
         publish(tmp, out)
     out = parts / f"{name}{PART_SUFFIX}"
     tmp = temp_path(out)
-    save_file({k: v.contiguous() for k, v in columns.items()}, str(tmp), metadata=meta)
+    save_tensors(save_file, {k: v.contiguous() for k, v in columns.items()}, tmp, metadata=meta)
     return publish(tmp, out)
 
 

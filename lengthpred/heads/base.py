@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from lengthpred.distributions import LengthDistribution, check_quantiles
 from lengthpred.errors import DataError, ModelError
+from lengthpred.integrity import save_tensors
 from lengthpred.registry import Registry
 
 HEADS: Registry[type[BaseHead]] = Registry("head")
@@ -189,7 +190,7 @@ class BaseHead(RegressorMixin, BaseEstimator):
         path.mkdir(parents=True, exist_ok=True)
         arrays, meta = self._state()
         arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
-        save_file(arrays, str(path / STATE_FILE))
+        save_tensors(save_file, arrays, path / STATE_FILE)
         doc = {"head": self.name, "params": _jsonable(self.get_params()), "meta": _jsonable(meta)}
         (path / META_FILE).write_text(json.dumps(doc, indent=2) + "\n")
         self._save_files(path)

@@ -38,6 +38,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.integrity import save_tensors
 from lengthpred.online.rls import RLSRegressor
 
 FORMAT = "lengthpred-readout"
@@ -136,7 +137,7 @@ def write_readout(path: str | Path, estimator: RLSRegressor, identity: ModelIden
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
         os.close(fd)
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the readout from the server's other users
-        save_file(arrays, tmp, metadata=meta)
+        save_tensors(save_file, arrays, tmp, metadata=meta)
         fd = os.open(tmp, os.O_RDONLY)
         try:  # on disk before the rename: a crash leaves the old file or the new one, never a torn one
             os.fsync(fd)

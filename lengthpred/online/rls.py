@@ -33,6 +33,7 @@ from safetensors.numpy import load_file, save_file
 from scipy.linalg import cho_solve, lapack
 
 from lengthpred.errors import ConfigError, DataError
+from lengthpred.integrity import save_tensors
 from lengthpred.online import _blas
 
 log = logging.getLogger(__name__)
@@ -264,7 +265,7 @@ class RLSRegressor:
         arrays = {"theta": self.theta_, "mean": self.mean_, "scale": self.scale_}
         if self._M is not None:
             arrays["P"] = self.P_
-        save_file(arrays, str(out / "rls.safetensors"))
+        save_tensors(save_file, arrays, out / "rls.safetensors")
         meta = {
             "class": "RLSRegressor",
             "params": self.get_params(),
