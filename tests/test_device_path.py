@@ -302,3 +302,32 @@ def test_vllm_under_torchrun_is_refused_before_any_work(monkeypatch, tmp_path):
     monkeypatch.setattr("lengthpred.stages.generate.load_prompts", lambda _d: list(range(10)))
     with pytest.raises(ConfigError, match="generate.backend=vllm under torchrun"):
         run_generate(cfg, tmp_path)
+
+
+def test_the_live_featurizer_moves_its_input_ids(meta_model):
+    from lengthpred.serve.featurize import PrefillFeaturizer
+
+    seen: list[torch.device] = []
+    handle = record_inputs(meta_model.get_decoder(), seen)
+    try:
+        with pytest.raises(Reached):
+            PrefillFeaturizer(meta_model, 2, threads=None)([5, 6, 7, 8])
+    finally:
+        handle.remove()
+    assert seen and set(seen) == {META}
+
+
+def test_the_serve_stage_loads_its_readout_model_through_the_stage_loader(monkeypatch):
+    from lengthpred.stages import serve
+    from tests.conftest import compose_cfg
+
+    loaded = []
+
+    def load_model(cfg):
+        loaded.append(str(cfg.device))
+        raise Reached
+
+    monkeypatch.setattr(serve, "load_model", load_model)
+    with pytest.raises(Reached):
+        serve._rls_readout(compose_cfg(["device=cuda:1"]), None, None, {}, None, None)
+    assert loaded == ["cuda:1"]  # the config's device reaches the loader (load_model puts the model there)

@@ -171,6 +171,15 @@ def test_the_size_estimate_is_printed_and_a_full_disk_refused_before_any_work(ti
     with pytest.raises(DataError, match=r"not enough disk space for the feature store at .*/b: it needs about"):
         run(tiny_model, tokenizer, tmp_path / "b")
     assert not part_files(tmp_path / "b")
+    checked: list[int] = []
+    real_check = budget.check_space
+    monkeypatch.setattr(budget, "free_bytes", lambda _f: 10**12)
+    monkeypatch.setattr("lengthpred.features.extract.check_space",
+                        lambda root, n_bytes: checked.append(n_bytes) or real_check(root, n_bytes))
+    run(tiny_model, tokenizer, tmp_path / "c", shard=(0, 2))
+    run(tiny_model, tokenizer, tmp_path / "d", shard=(0, 1))
+    half, whole = checked  # shard 0 of 2 checks for every shard's share, since they all write one folder
+    assert half == pytest.approx(whole, rel=0.2)  # about the whole store (its tokens estimated), not half of it
 
 
 def test_large_models_get_a_trimmed_default_set_said_in_words():

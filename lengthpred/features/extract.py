@@ -335,7 +335,13 @@ def extract_features(
         print(f"features: about {human(whole)} for {len(records)} prompts ({len(plan.columns())} columns, "
               f"{settings.dtype}); shard {i}/{n} writes {human(need)} more for {len(todo)} prompts → {root}",
               flush=True)
-        check_space(root, need)
+        # every shard writes into this one folder, so the disk must hold what all of them have left, not this
+        # shard's part alone (other shards' prompts are not encoded here: their tokens are estimated from these)
+        left = sum(r[0] not in done for r in records)
+        per_prompt = sum(len(e[1]) for e in encoded) / max(len(encoded), 1)
+        check_space(root, max(need, store_bytes(plan.columns(), settings.dtype, left,
+                                                token_layers=len(plan.token_layers), d=plan.d,
+                                                n_tokens=round(per_prompt * left))))
         runner = _BatchRunner(model, plan, tokenizer, settings, root, shard, progress)
         find_executable_batch_size(runner, starting_batch_size=settings.max_batch_tokens,
                                    reduce_batch_size_fn=runner.halve)(encoded)

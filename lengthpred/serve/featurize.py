@@ -35,6 +35,7 @@ class PrefillFeaturizer:
         if not 0 <= layer <= n:
             raise ConfigError(f"serve.predictor.layer={layer}: the model has hidden_states 0..{n}")
         self.model, self.layer, self.threads, self.n_layers = model, layer, threads, n
+        self.device = next(model.parameters()).device
         self._lock = threading.Lock()  # one forward at a time (the hooks are shared)
         self._threads_set: set[int] = set()
 
@@ -43,7 +44,7 @@ class PrefillFeaturizer:
         if self.threads and threading.get_ident() not in self._threads_set:
             _set_num_threads(int(self.threads))  # this thread's OpenMP team only
             self._threads_set.add(threading.get_ident())
-        ids = torch.tensor([list(token_ids)], dtype=torch.long)  # [1, T]
+        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)  # [1, T], on the model's device
         mask = torch.ones_like(ids)
         with self._lock, PrefillCapture(self.model, [self.layer], []) as cap:
             cap.begin(mask)

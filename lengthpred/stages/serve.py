@@ -32,7 +32,7 @@ from lengthpred.distributions import tie_key
 from lengthpred.errors import ConfigError, DataError
 from lengthpred.heads.distributional import CensoredLogNormalHead
 from lengthpred.models import load_tokenizer
-from lengthpred.models.serving import checkpoint_dir, load_causal_lm
+from lengthpred.models.serving import checkpoint_dir
 from lengthpred.names import FeatureKey, SplitName, rls_name
 from lengthpred.online.config import select_alpha
 from lengthpred.online.rls import RLSRegressor
@@ -63,6 +63,7 @@ from lengthpred.serve.replay import RunLog
 from lengthpred.serve.run_folder import require_run_folder
 from lengthpred.serve.vllm_engine import VLLMEngine
 from lengthpred.serve.workload import PromptPool, build_pool
+from lengthpred.stages.model import load_model, model_spec
 from lengthpred.stages.targets import load_targets
 from lengthpred.stages.tracking import tracked
 
@@ -315,8 +316,8 @@ def _rls_readout(cfg: DictConfig, pool: PromptPool, prompts: Any, splits: dict, 
     leave-one-out over `serve.predictor.alphas`, not the linear head's validation choice) on the `fit_split`
     prompts' features and targets."""
     pc = cfg.serve.predictor
-    spec = instantiate(cfg.model)
-    model, _ = load_causal_lm(spec)
+    spec = model_spec(cfg)
+    model, _ = load_model(cfg)  # on cfg.device, like every stage that loads the serving model
     key = readout_key(cfg.serve)
     f = PrefillFeaturizer(model, key.layer, threads=pc.threads)
     path = Path(pc.cache_dir) / f"{cfg.model.name}-{spec.dtype}-{key}.npz"
