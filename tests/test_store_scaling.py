@@ -382,3 +382,31 @@ def test_store_verify_checks_every_compacted_column_and_the_parts_beside_them(st
     _flip(part_files(store)[0])  # the columns read fine, a part beneath them is damaged
     with pytest.raises(DataError, match="the parts lack 2 prompts the compacted columns hold"):
         verify_store(store)
+
+
+def test_the_merge_job_verifies_token_files_and_logs_the_store_by_reference(tiny_model, tokenizer, tmp_path,
+                                                                            monkeypatch):
+    import contextlib
+
+    from lengthpred.stages import features, merge
+
+    root = tmp_path / "s"
+    for shard in ((0, 2), (1, 2)):
+        extract_features(small(token_layers=(2,)), tiny_model, tokenizer, PROMPTS, out_dir=root, shard=shard,
+                         progress=False)
+    logged = []
+
+    class Recorder:
+        def log_reference(self, name, kind, path, meta):
+            logged.append((kind, path, meta))
+
+    monkeypatch.setattr(merge, "load_prompts", lambda _d: PROMPTS)
+    monkeypatch.setattr(features, "feature_dir", lambda _c, _p: root)
+    monkeypatch.setattr(merge, "tracked", lambda _c, stage: contextlib.nullcontext(Recorder()))
+    config = {"shard": "0/2", "data": {}, "features": {"compact": False}, "model": {"name": "tiny"}}
+    line = merge.merge_and_verify(config, "extract")
+    assert "2 shards complete and intact, 6 prompts" in line
+    assert logged == [("feature-store", root, {"model": "tiny", "prompts": 6, "columns": 7})]
+    _flip(sorted(root.rglob("*.tokens.safetensors"))[0])
+    with pytest.raises(DataError, match="token-level"):
+        merge.merge_and_verify(config, "extract")

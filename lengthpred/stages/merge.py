@@ -1,5 +1,6 @@
 """The merge-and-verify step after a sharded stage (`shard=0/n,...,n-1/n` run as a multirun, e.g. a Slurm array):
-the whole store is checked (every part's digest, no prompt missing or stored twice), generations are merged, a
+the whole store is checked (every part's and token-level file's digest, no prompt missing or stored twice; a feature
+store is then logged by reference, as a one-process extraction logs it), generations are merged, a
 feature store is compacted when `features.compact` asks. `lengthpred.shard_merge.MergeShards` runs it as one more
 job on the multirun's launcher once the shard jobs are done.
 """
@@ -15,13 +16,13 @@ from omegaconf import OmegaConf, open_dict
 from lengthpred.data import load_prompts
 from lengthpred.decode.store import load_decode
 from lengthpred.errors import LengthpredError
-from lengthpred.features.maintenance import compact_store
-from lengthpred.features.store import load_features
+from lengthpred.features.maintenance import compact_store, verify_store
 from lengthpred.generate.runner import try_merge
 from lengthpred.generate.settings import GenerationSettings
 from lengthpred.generate.store import load_generations
 from lengthpred.stages.locations import generations_dir
 from lengthpred.stages.shards import parse_shard
+from lengthpred.stages.tracking import tracked
 
 log = logging.getLogger(__name__)
 MERGED_STAGES = ("extract", "generate", "extract_decode")  # the sharded stages and what their merge checks
@@ -39,8 +40,11 @@ def merge_and_verify(config: dict[str, Any], stage: str) -> str:
         from lengthpred.stages.features import feature_dir
 
         root = feature_dir(cfg, prompts)
-        fs = load_features(root)
+        fs = verify_store(root)  # every part and token-level file against its digest
         compacted = f"; compacted into {compact_store(root)}" if cfg.features.get("compact", False) else ""
+        with tracked(cfg, "extract") as tracker:  # the whole store by reference, as a one-process extraction logs it
+            tracker.log_reference(f"features-{cfg.model.name}-{root.name}", "feature-store", root,
+                                  {"model": str(cfg.model.name), "prompts": len(fs), "columns": len(fs.names)})
         return f"feature store {root}: {n} shards complete and intact, {len(fs)} prompts, {len(fs.names)} columns{compacted}"
     if stage == "generate":
         settings = GenerationSettings.from_cfg(cfg.generate)
@@ -70,7 +74,7 @@ def merge_job(config: dict[str, Any], stage: str) -> tuple[bool, str]:
 
 # what a merge reads of a shard job's config (the rest, e.g. serving settings, may not even resolve for its model)
 MERGE_NODES = ("paths", "model", "data", "generate", "features", "decode", "shard", "seed", "device",
-               "experiment_name")
+               "experiment_name", "logger")
 
 
 def job_config(job_dir: Path) -> dict[str, Any]:
