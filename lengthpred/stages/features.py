@@ -20,7 +20,7 @@ from lengthpred.data import load_prompts
 from lengthpred.errors import ConfigError, DataError, LengthpredError
 from lengthpred.features import extract as fx
 from lengthpred.features.budget import trim_for_model
-from lengthpred.features.maintenance import compact_store
+from lengthpred.features.maintenance import compact_store, verify_store
 from lengthpred.features.settings import FeatureSettings, cache_key, prompts_hash
 from lengthpred.features.store import MANIFEST, FeatureSet, load_features
 from lengthpred.models.checkpoint import layer_shape
@@ -207,7 +207,7 @@ def run_extract(cfg: DictConfig, out: str | Path) -> Path:
 def _report(cfg: DictConfig, root: Path, world: int) -> Path:
     i, n = parse_shard(cfg.shard)
     if n == 1 or world > 1:
-        fs = load_features(root)  # checks: no duplicates, no gaps
+        fs = verify_store(root)  # checks: no duplicates, no gaps, every part and token-level file intact
         if cfg.features.get("compact", False):
             print(f"compacted: {compact_store(root)}")
         with tracked(cfg, "extract") as tracker:  # the store by reference: its path and digest, nothing uploaded
