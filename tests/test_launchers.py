@@ -169,3 +169,26 @@ def test_the_slurm_merge_job_starts_as_the_array_does_without_its_gpus():
     assert not any("gpu" in k for k in params)
     local = merge_parameters(launcher, "local", "extract")
     assert not any(k.startswith("slurm_") for k in local) and local["timeout_min"] == launcher["timeout_min"]
+
+
+@pytest.mark.slow  # two ranks importing torch and generating: ≈30 s on 2 cores
+def test_torchrun_two_processes_generate_and_rank_0_merges(trace, one_torch_thread):
+    from lengthpred.data import load_prompts
+    from lengthpred.generate.settings import GenerationSettings
+    from lengthpred.generate.store import load_generations
+    from lengthpred.stages.locations import generations_dir
+
+    tmp, base = trace
+    data = tmp / "torchrun_gen"
+    gen = ["generate.backend=static", "generate.num_samples=2", "generate.max_new_tokens=4",
+           "generate.batch_size=2", f"paths.data_dir={data}", f"data.out_dir={tmp / 'data' / 'splits' / 'lt'}"]
+    r = run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2",
+             str(REPO_ROOT / "scripts" / "generate.py"), *base, *gen])
+    reports = [ln for ln in r.stdout.splitlines() if ln.startswith("generate: ") and " merged at " in ln]
+    assert len(reports) == 1, r.stdout  # rank 0 alone merges and reports, after the barrier
+    cfg = compose_cfg([*base, *gen])
+    root = generations_dir(cfg, GenerationSettings.from_cfg(cfg.generate))
+    ds = load_generations(root)  # merged, every file checked against its digest
+    assert sorted(set(ds["id"])) == sorted(p["id"] for p in load_prompts(cfg.data))
+    assert len(ds) == 2 * 12 and max(ds["length"]) <= 4
+    assert {p.name for p in root.iterdir() if p.name.startswith("shard-")} == {"shard-0-of-2", "shard-1-of-2"}
