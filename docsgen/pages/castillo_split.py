@@ -65,4 +65,4 @@ def castillo_finetuned_fits(res: Results) -> str:
     own = sorted({m.split("--", 1)[-1] for fs in partial.values() for m in fs - {"all-models"}})
     seeds = sorted({int(f["n_seeds"]) for f in fits if f["head"] in partial and f.get("n_seeds")})
     said = "one seed each" if seeds == [1] else f"{' or '.join(map(str, seeds))} seeds"
-    return f"on the mean over models and on {' and '.join(f'{m}' for m in own)}'s own lengths, {said}"
+    return f"on the mean over models and on {' and '.join(own)}'s own lengths, {said}"

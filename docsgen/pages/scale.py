@@ -5,10 +5,14 @@ docs/results/data/scale/), with the machine and its load beside the numbers."""
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING
 
 from docsgen.registry import helper
 from docsgen.results import Results
 from docsgen.studies import DATA
+
+if TYPE_CHECKING:
+    from lengthpred.features.settings import FeatureSettings
 
 STORE = f"{DATA}/scale/store_compaction.json"  # 8 narrow columns a part: the worst case for verification's share
 STORE_DEFAULT = f"{DATA}/scale/store_compaction_default.json"  # the default feature set at SmolLM2-135M's shape
@@ -46,9 +50,9 @@ def _torchrun_row(rec: dict) -> str:
             f"{statistics.median(t['one_process_extraction_s']):.0f} s) |")
 
 
-def _default_columns(res: Results, model: str | None) -> tuple[int, int, bool]:
-    """(columns a part, width, whether a token-level file is kept) of the default feature set
-    (conf/features/default.yaml) for a model config's shape, trimmed as extraction trims it; `None`: SmolLM2-135M."""
+def _default_set(res: Results, model: str | None) -> tuple[FeatureSettings, FeatureSettings, int, int]:
+    """(the default feature set of conf/features/default.yaml, that set trimmed as extraction trims it, decoder
+    layers, width) for a model config's shape; `None`: SmolLM2-135M."""
     import yaml
 
     from docsgen.pages.configref import conf_dir
@@ -64,7 +68,13 @@ def _default_columns(res: Results, model: str | None) -> tuple[int, int, bool]:
         n_layers, d = int(shape["num_hidden_layers"]), int(shape["hidden_size"])
     full = FeatureSettings(layers=feats["layers"], pools=tuple(feats["pools"]), fused=tuple(feats["fused"]),
                            token_layers=tuple(feats["token_layers"]), dtype=feats["dtype"])
-    s, _ = trim_for_model(full, n_layers, d)
+    return full, trim_for_model(full, n_layers, d)[0], n_layers, d
+
+
+def _default_columns(res: Results, model: str | None) -> tuple[int, int, bool]:
+    """(columns a part, width, whether a token-level file is kept) of the default feature set for a model config's
+    shape, trimmed as extraction trims it; `None`: SmolLM2-135M."""
+    _, s, n_layers, d = _default_set(res, model)
     layers = n_layers + 1 if s.layers == "all" else len(s.layers)
     return layers * len(s.pool_names), d, bool(s.token_layers)
 
@@ -150,7 +160,7 @@ def scale_measured(res: Results) -> str:
     stores = [res.json(STORE_DEFAULT), res.json(STORE_LLAMA), store]
     rows = ["| Benchmark | Result |", "|---|---|", *(r for rec in stores for r in _store_rows(res, rec)),
             _torchrun_row(run), _torchrun_row(large), _torchrun_row(run_all)]
-    where = "".join(f"Store, {_shape(res, rec).split(' (')[0]}: {measured_where(rec)}.  \n" for rec in stores)
+    where = "".join(f"Store, {_shape_names(res, rec)[1]}: {measured_where(rec)}.  \n" for rec in stores)
     return (where + "Torchrun, one thread per process: " + measured_where(run)
             + f".  \nTorchrun at {large['result']['prompts']:,} prompts, one thread per process: "
             + measured_where(large)
@@ -171,19 +181,9 @@ def feature_budget(res: Results, what: str, model: str = "llama-3.1-8b-instruct"
     """A size of the default feature set (conf/features/default.yaml) for a model config's shape, as
     lengthpred.features.budget works it out: `before` and `per_100k` (every layer, pool and fusion), `after` (the
     trimmed set), `large` (the size a prompt above which the default set is trimmed)."""
-    import yaml
+    from lengthpred.features.budget import LARGE_BYTES, default_bytes_per_prompt, human
 
-    from docsgen.pages.configref import conf_dir
-    from lengthpred.features.budget import LARGE_BYTES, default_bytes_per_prompt, human, trim_for_model
-    from lengthpred.features.settings import FeatureSettings
-
-    conf = conf_dir(res.root)
-    feats = yaml.safe_load((conf / "features" / "default.yaml").read_text())
-    shape = yaml.safe_load((conf / "model" / f"{model}.yaml").read_text())
-    n_layers, d = int(shape["num_hidden_layers"]), int(shape["hidden_size"])
-    full = FeatureSettings(layers=feats["layers"], pools=tuple(feats["pools"]), fused=tuple(feats["fused"]),
-                           token_layers=tuple(feats["token_layers"]), dtype=feats["dtype"])
-    trimmed, _ = trim_for_model(full, n_layers, d)
+    full, trimmed, n_layers, d = _default_set(res, model)
     sizes = {"before": default_bytes_per_prompt(full, n_layers, d),
              "per_100k": 100_000 * default_bytes_per_prompt(full, n_layers, d),
              "after": default_bytes_per_prompt(trimmed, n_layers, d), "large": LARGE_BYTES}

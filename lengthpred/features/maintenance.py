@@ -21,8 +21,7 @@ def verify_store(root: str | Path) -> FeatureSet:
     compacted store's every column file too; one line when not."""
     fs = load_features(root)
     if fs.compact is not None:  # the load read the compacted columns: check them all, and the parts beside them
-        for name in fs.compact.index["columns"]:
-            fs.compact.values(name)
+        _check_columns(fs)
         stored = {i for _, ids in intact_parts(Path(root)) for i in ids}
         missing = [i for i in fs.ids if i not in stored]
         if missing:
@@ -49,11 +48,16 @@ def compact_store(root: str | Path) -> Path:
     return folder
 
 
+def _check_columns(fs: FeatureSet) -> None:
+    """Every compacted column file against its digest: a DataError naming the first that fails (moved aside)."""
+    for name in fs.compact.index["columns"]:  # type: ignore[union-attr]
+        fs.compact.values(name)  # type: ignore[union-attr]
+
+
 def _columns_intact(fs: FeatureSet) -> bool:
     """Whether every compacted column file checks out (one that does not is moved aside, saying so)."""
     try:
-        for name in fs.compact.index["columns"]:  # type: ignore[union-attr]
-            fs.compact.values(name)  # type: ignore[union-attr]
+        _check_columns(fs)
     except DataError as e:
         log.warning("%s; compacting again from the parts", str(e).split(";")[0])
         return False
